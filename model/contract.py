@@ -1,0 +1,12 @@
+"""Constants of the bidding problem that training, export and serving must agree on (SPEC 1, 5)."""
+
+from __future__ import annotations
+
+SLOTS_PER_DAY: int = 48
+"""T: a day (one episode) is cut into 48 slots of 30 minutes."""
+
+RATIO_MIN: float = 0.0
+"""Lowest bid ratio beta a policy may output."""
+
+RATIO_MAX: float = 4.0
+"""Highest bid ratio beta a policy may output."""

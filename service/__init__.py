@@ -1,0 +1,1 @@
+"""FastAPI bidding service (later issue). Must never import torch."""

@@ -1,0 +1,1 @@
+"""Offline half of rcb: market logs, replay simulator, hindsight oracle, metrics, bidders."""

@@ -1,0 +1,130 @@
+"""A market directory: ``manifest.json`` plus one Parquet file per day (SPEC 3, SPEC 6).
+
+The manifest lists every day with its split (``train``, ``test`` or ``ood``), its file, its MC
+constraints ``{roi_target, budget}`` and, for synthetic markets, the day's latent regime (for
+analysis only: nothing that bids may read it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training.market.logs import read_log
+from training.market.schema import DayLog
+
+MANIFEST = "manifest.json"
+FORMAT = "rcb-market/1"
+SPLITS = ("train", "test", "ood")
+
+
+class MarketError(ValueError):
+    """The market directory is missing, malformed, or does not hold what was asked for."""
+
+
+@dataclass(frozen=True)
+class MCConstraints:
+    """The MC setting's per-day constraints: ROI >= roi_target and cost <= budget."""
+
+    roi_target: float
+    budget: float
+
+
+@dataclass
+class DayEntry:
+    """One manifest row."""
+
+    day: int
+    split: str
+    file: str
+    n_impressions: int
+    mc: MCConstraints
+    sha256: str = ""
+    regime: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if not self.regime:
+            out.pop("regime")
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> DayEntry:
+        try:
+            return cls(
+                day=int(raw["day"]),
+                split=str(raw["split"]),
+                file=str(raw["file"]),
+                n_impressions=int(raw.get("n_impressions", 0)),
+                mc=MCConstraints(roi_target=float(raw["mc"]["roi_target"]), budget=float(raw["mc"]["budget"])),
+                sha256=str(raw.get("sha256", "")),
+                regime=dict(raw.get("regime", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MarketError(f"manifest day entry {raw!r} is malformed: {exc!r}") from exc
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass
+class Market:
+    """An opened market directory."""
+
+    root: Path
+    days: list[DayEntry]
+    source: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, root: Path | str) -> Market:
+        root = Path(root)
+        path = root / MANIFEST
+        if not path.exists():
+            raise MarketError(f"{root}: no {MANIFEST} (generate one with `rcb market generate` or `rcb market import`)")
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise MarketError(f"{path}: not valid JSON: {exc}") from exc
+        if raw.get("format") != FORMAT:
+            raise MarketError(f"{path}: format {raw.get('format')!r}, expected {FORMAT!r}")
+        days = [DayEntry.from_dict(d) for d in raw.get("days", [])]
+        for entry in days:
+            if entry.split not in SPLITS:
+                raise MarketError(f"{path}: day {entry.day} has split {entry.split!r}, expected one of {SPLITS}")
+        return cls(root=root, days=sorted(days, key=lambda e: e.day), source=raw.get("source", {}))
+
+    def save(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        body = {"format": FORMAT, "source": self.source, "days": [d.to_dict() for d in self.days]}
+        (self.root / MANIFEST).write_text(json.dumps(body, indent=1))
+
+    def entry(self, day: int) -> DayEntry:
+        for entry in self.days:
+            if entry.day == day:
+                return entry
+        raise MarketError(f"{self.root}: no day {day} (days {self.days[0].day}..{self.days[-1].day})" if self.days else f"{self.root}: no days")
+
+    def split(self, name: str) -> list[DayEntry]:
+        if name not in SPLITS:
+            raise MarketError(f"unknown split {name!r}; expected one of {', '.join(SPLITS)}")
+        return [d for d in self.days if d.split == name]
+
+    def load(self, day: int) -> DayLog:
+        """Load one day strictly: any invalid row is an error (a market directory is already clean)."""
+        entry = self.entry(day)
+        logs, _ = read_log(self.root / entry.file, on_invalid="error")
+        if list(logs) != [day]:
+            raise MarketError(f"{entry.file}: expected rows of day {day} only, found days {sorted(logs)}")
+        return logs[day]
+
+    def fingerprint(self, day: int) -> str:
+        """Content hash of a day's file (what caches are keyed by)."""
+        return file_sha256(self.root / self.entry(day).file)
