@@ -1,0 +1,78 @@
+"""`rcb market generate | import | report`: make, bring in and inspect impression logs."""
+
+from __future__ import annotations
+
+import json as jsonlib
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rcb.commands.common import console, fail, print_json, progress, user_errors
+
+app = typer.Typer(help="Make, import and inspect market logs.", no_args_is_help=True)
+
+
+@app.command("generate")
+def generate_command(
+    out: Annotated[Path, typer.Option("--out", help="Directory to write (one Parquet per day + manifest.json).")],
+    days_id: Annotated[int, typer.Option("--days-id", min=0, help="In-distribution days (split train/test).")] = 60,
+    days_ood: Annotated[int, typer.Option("--days-ood", min=0, help="Out-of-distribution (festival) days.")] = 20,
+    impressions_per_day: Annotated[
+        int, typer.Option("--impressions-per-day", min=48, help="Expected impressions of a regular day.")
+    ] = 1_000_000,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds every day and the train/test split.")] = 0,
+    workers: Annotated[int, typer.Option("--workers", min=0, help="Processes (0 = one per core).")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing market in OUT.")] = False,
+    json: Annotated[bool, typer.Option("--json", help="Print the manifest summary as JSON.")] = False,
+) -> None:
+    """Generate a synthetic non-stationary market (SPEC 3 schema, paper-style ID/OOD split)."""
+    from training.market.dataset import MANIFEST
+    from training.market.generator import config_with, generate_market
+
+    if (out / MANIFEST).exists() and not force:
+        raise fail(f"{out} already holds a market ({MANIFEST}); pass --force to overwrite")
+    config = config_with(days_id=days_id, days_ood=days_ood, impressions_per_day=impressions_per_day, seed=seed)
+    started = time.perf_counter()
+    with user_errors(), progress(quiet=json) as bar:
+        task = bar.add_task("generating days", total=days_id + days_ood)
+        market = generate_market(out, config, workers=workers or None, progress=lambda: bar.advance(task))
+    elapsed = time.perf_counter() - started
+    counts = {s: len(market.split(s)) for s in ("train", "test", "ood")}
+    impressions = sum(d.n_impressions for d in market.days)
+    if json:
+        print_json({"out": str(out), "days": counts, "impressions": impressions, "seconds": round(elapsed, 2)})
+    else:
+        console.print(
+            f"wrote {len(market.days)} days ({counts['train']} train / {counts['test']} test / {counts['ood']} ood),"
+            f" {impressions:,} impressions to {out} in {elapsed:.1f}s"
+        )
+
+
+@app.command("report")
+def report_command(
+    data_dir: Annotated[Path, typer.Argument(help="Market directory.")],
+    out: Annotated[Path | None, typer.Option("--out", help="PNG path (default DIR/report.png).")] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Show how non-stationary a market is: a Fig.-4-style PNG and a per-split summary."""
+    from training.market.dataset import Market
+    from training.market.report import collect_facts, format_summary, plot, summarize
+
+    with user_errors():
+        market = Market.open(data_dir)
+        if not market.days:
+            raise fail(f"{data_dir}: the manifest lists no days")
+        with progress(quiet=json) as bar:
+            task = bar.add_task("oracles (cached after the first run)", total=3 * len(market.days))
+            facts = collect_facts(market, progress=lambda: bar.advance(task))
+        summary = summarize(facts)
+        png = out or data_dir / "report.png"
+        plot(facts, png, title=f"{data_dir.name}: {len(market.days)} days")
+        (png.with_suffix(".json")).write_text(jsonlib.dumps(summary, indent=1))
+    if json:
+        print_json({"png": str(png), "summary": summary})
+    else:
+        typer.echo(format_summary(summary))
+        console.print(f"plot: {png}")

@@ -1,0 +1,150 @@
+"""`rcb simulate`: replay one logged day under 48 given bid ratios (SPEC 6).
+
+SC replays without a budget against ROI target L = 1; MC uses the day's manifest constraints, and the
+budget ends the campaign's bidding at the first win that would overspend it (early termination, as in
+the paper's evaluation protocol). Output: ``{day, setting, roi_target, budget, delivery, cost, roi,
+feasible, budget_exhausted, slots: [{slot, ratio, delivery, cost, wins, impressions}]}`` where
+``roi`` is ``null`` when nothing was spent and ``budget`` is ``null`` for none.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from rcb.commands.common import print_json, user_errors
+
+SC_ROI_TARGET = 1.0
+"""The SC setting's ROI target (SPEC 1); it has no budget."""
+
+
+class Setting(StrEnum):
+    """Which constraints an episode is held to (SPEC 1)."""
+
+    sc = "sc"
+    mc = "mc"
+
+
+def parse_ratios(text: str, slots: int) -> list[float]:
+    """``"r0,...,r{slots-1}"`` (or a single value for every slot) as a list of finite, non-negative floats.
+
+    Raises ValueError with a one-line message naming the offending slot.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) not in (1, slots):
+        raise ValueError(f"--ratios: expected {slots} comma-separated values (or one for every slot), got {len(parts)}")
+    ratios = []
+    for slot, part in enumerate(parts):
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"--ratios: value for slot {slot} is not a number: {part!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"--ratios: ratio for slot {slot} must be finite and >= 0, got {part!r}")
+        ratios.append(value)
+    return ratios * slots if len(ratios) == 1 else ratios
+
+
+def simulate_day(data_dir: Path, day: int, setting: Setting, ratios: list[float]) -> dict[str, Any]:
+    """Replay ``day`` of the market at ``data_dir`` with per-slot ``ratios``; the SPEC 6 result as a dict."""
+    import numpy as np
+
+    from training.market.dataset import Market
+    from training.metrics import is_feasible
+    from training.simulator import BatchedReplay, DayIndex
+
+    market = Market.open(data_dir)
+    entry = market.entry(day)
+    if setting is Setting.mc:
+        roi_target, budget = entry.mc.roi_target, entry.mc.budget
+    else:
+        roi_target, budget = SC_ROI_TARGET, math.inf
+    env = BatchedReplay([DayIndex(market.load(day))], np.zeros(1, dtype=np.int64), np.array([budget]))
+    slots = []
+    for t, ratio in enumerate(ratios):
+        step = env.step(np.array([ratio]))
+        slots.append(
+            {
+                "slot": t,
+                "ratio": ratio,
+                "delivery": float(step.delivery[0]),
+                "cost": float(step.cost[0]),
+                "wins": int(step.wins[0]),
+                "impressions": int(step.impressions[0]),
+            }
+        )
+    delivery, cost = float(env.delivery[0]), float(env.cost[0])
+    return {
+        "day": day,
+        "setting": setting.value,
+        "roi_target": roi_target,
+        "budget": None if math.isinf(budget) else budget,
+        "delivery": delivery,
+        "cost": cost,
+        "roi": delivery / cost if cost > 0 else None,
+        "feasible": bool(is_feasible(delivery, cost, roi_target, budget)[0]),
+        "budget_exhausted": bool(env.exhausted[0]),
+        "slots": slots,
+    }
+
+
+def _render(result: dict[str, Any]) -> None:
+    """The result as a per-slot rich table plus a totals line, on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"day {result['day']} ({result['setting'].upper()})", show_footer=True)
+    table.add_column("slot", justify="right", footer="total")
+    table.add_column("time")
+    table.add_column("ratio", justify="right")
+    table.add_column("impressions", justify="right", footer=str(sum(s["impressions"] for s in result["slots"])))
+    table.add_column("wins", justify="right", footer=str(sum(s["wins"] for s in result["slots"])))
+    table.add_column("delivery", justify="right", footer=f"{result['delivery']:.4f}")
+    table.add_column("cost", justify="right", footer=f"{result['cost']:.4f}")
+    for s in result["slots"]:
+        hour, half = divmod(s["slot"], 2)
+        table.add_row(
+            str(s["slot"]),
+            f"{hour:02d}:{30 * half:02d}",
+            f"{s['ratio']:.4g}",
+            str(s["impressions"]),
+            str(s["wins"]),
+            f"{s['delivery']:.4f}",
+            f"{s['cost']:.4f}",
+        )
+    out = Console()
+    out.print(table)
+    roi = "inf (nothing spent)" if result["roi"] is None else f"{result['roi']:.4f}"
+    budget = "none" if result["budget"] is None else f"{result['budget']:.4f}"
+    verdict = "[green]feasible[/]" if result["feasible"] else "[red]infeasible[/]"
+    stopped = " (budget exhausted: bidding stopped early)" if result["budget_exhausted"] else ""
+    out.print(
+        f"delivery {result['delivery']:.4f}  cost {result['cost']:.4f}  ROI {roi}  "
+        f"(target {result['roi_target']:g}, budget {budget}): {verdict}{stopped}"
+    )
+
+
+def simulate_command(
+    data_dir: Annotated[Path, typer.Argument(help="Market directory (manifest.json plus one file per day).")],
+    day: Annotated[int, typer.Option("--day", help="The day (episode id) to replay.")],
+    setting: Annotated[
+        Setting, typer.Option("--setting", help="sc: L = 1, no budget; mc: the day's manifest L and B.")
+    ],
+    ratios: Annotated[
+        str, typer.Option("--ratios", help="48 comma-separated bid ratios r0,...,r47 (or one ratio for every slot).")
+    ],
+    json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")] = False,
+) -> None:
+    """Replay one day with the given per-slot bid ratios and report delivery, cost, ROI and feasibility."""
+    from model.contract import SLOTS_PER_DAY
+
+    with user_errors():
+        result = simulate_day(data_dir, day, setting, parse_ratios(ratios, SLOTS_PER_DAY))
+    if json:
+        print_json(result)
+    else:
+        _render(result)

@@ -1,0 +1,276 @@
+"""A synthetic, non-stationary ad market in the SPEC 3 schema (``rcb market generate``).
+
+Every realism trait is a documented field of :class:`MarketConfig`:
+
+* **Diurnal traffic**: the expected impressions per slot follow a day curve (night trough, noon and
+  evening peaks); counts are Poisson around it.
+* **Utility is a noisy prediction of a sparse delivery**: an impression has a value ``v`` (order
+  value) and a predicted conversion rate ``p``; ``utility = v * p``. It converts with probability
+  ``p * conversion_scale * exp(noise)``, and ``delivery = v`` if it converts, else 0.
+* **Sparse wins**: competing prices sit a few times above the utility (``price_markup``), so at
+  sensible ratios a campaign wins a small share of the traffic.
+* **Drifting price level**: the log market price has a day level, a diurnal wave and a random walk
+  from slot to slot (the day's ``price_volatility``).
+* **Shocks**: windows of slots where prices jump (an adversary) or traffic collapses (an outage).
+* **ID vs OOD**: every day draws latent regime parameters (price level and volatility, conversion
+  scale, shock rate, traffic scale) from a family; ID days from one, OOD days ("festivals") from a
+  shifted one with higher, more volatile prices and more shocks.
+
+The regime persists through the day, so a bidder that infers it from what it has won so far
+(win rate and price paid reveal the price level; delivery per cost reveals the conversion scale)
+can beat one that does not. Regimes are written to the manifest for analysis, never as features.
+
+Determinism: day ``k`` of seed ``s`` draws from ``numpy.random.default_rng([s, k])`` alone, so a day
+is the same whatever the worker count or the number of other days.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model.contract import SLOTS_PER_DAY
+from training.market.constraints import ConstraintRecipe, draw_mc_constraints
+from training.market.dataset import DayEntry, Market, MCConstraints, file_sha256
+from training.market.logs import write_day
+from training.market.schema import DayLog
+from training.simulator import DayIndex
+
+
+@dataclass(frozen=True)
+class RegimeFamily:
+    """Distribution of a day's latent market regime."""
+
+    price_level_mean: float = 0.0
+    """Mean of the day's log price level (0 = competing prices at ``price_markup`` x utility)."""
+    price_level_std: float = 0.2
+    """Day-to-day spread of the log price level."""
+    volatility: tuple[float, float] = (0.02, 0.06)
+    """Range of the per-slot random-walk std of the log price (drawn uniformly per day)."""
+    conversion_log_mean: float = -0.3
+    """Mean log of the conversion scale (true / predicted conversion rate; < 0: the model over-predicts)."""
+    conversion_log_std: float = 0.2
+    """Day-to-day spread of the log conversion scale."""
+    shock_rate: tuple[float, float] = (0.0, 0.03)
+    """Range of the per-slot probability that a shock starts (drawn uniformly per day)."""
+    traffic_scale: tuple[float, float] = (0.9, 1.1)
+    """Range of the day's traffic multiplier."""
+
+
+ID_FAMILY = RegimeFamily()
+OOD_FAMILY = RegimeFamily(
+    price_level_mean=0.3,
+    price_level_std=0.3,
+    volatility=(0.06, 0.12),
+    conversion_log_mean=-0.4,
+    conversion_log_std=0.3,
+    shock_rate=(0.03, 0.08),
+    traffic_scale=(1.1, 1.5),
+)
+
+
+@dataclass(frozen=True)
+class MarketConfig:
+    """Everything that shapes a synthetic market. Defaults give the project's benchmark market."""
+
+    days_id: int = 60
+    """In-distribution days (split i.i.d. into train and test)."""
+    days_ood: int = 20
+    """Out-of-distribution days (split ``ood``), drawn from ``ood_family``."""
+    impressions_per_day: int = 1_000_000
+    """Expected impressions of a day at traffic scale 1 (actual counts are Poisson)."""
+    train_fraction: float = 0.5
+    """Share of ID days that go to ``train`` (the paper: 30 of 60); the rest are ``test``."""
+    seed: int = 0
+    """Seeds everything: day ``k`` uses ``default_rng([seed, k])``."""
+    base_cvr: float = 0.02
+    """Median predicted conversion rate."""
+    cvr_dispersion: float = 0.9
+    """Log-std of predicted conversion rates across impressions."""
+    value_dispersion: float = 0.8
+    """Log-std of impression values (order values)."""
+    prediction_noise: float = 0.4
+    """Log-std of the error of the conversion prediction, per impression."""
+    price_markup: float = 8.0
+    """Median competing price as a multiple of a median-utility impression's utility."""
+    price_utility_elasticity: float = 0.7
+    """How competing prices scale with utility (< 1: high-utility impressions are relatively cheaper)."""
+    price_noise: float = 1.3
+    """Log-std of competing prices around their mean, per impression."""
+    diurnal_price_amplitude: float = 0.1
+    """Amplitude of the daily wave of the log price level (evening competition)."""
+    shock_max_slots: int = 6
+    """Longest shock window, in slots."""
+    price_spike: tuple[float, float] = (0.3, 0.8)
+    """Range of the log-price jump of an adversary shock."""
+    outage_traffic: tuple[float, float] = (0.05, 0.3)
+    """Range of the traffic multiplier during an outage."""
+    id_family: RegimeFamily = ID_FAMILY
+    ood_family: RegimeFamily = OOD_FAMILY
+    constraints: ConstraintRecipe = field(default_factory=ConstraintRecipe)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def diurnal_profile() -> np.ndarray:
+    """Share of a day's traffic in each slot: a night trough, a noon peak and a larger evening peak."""
+    hour = (np.arange(SLOTS_PER_DAY) + 0.5) / 2.0
+    curve = 0.15 + 0.8 * np.exp(-(((hour - 11.5) / 3.0) ** 2)) + 1.0 * np.exp(-(((hour - 20.5) / 2.5) ** 2))
+    curve += 0.3 * np.exp(-(((hour - 15.0) / 4.0) ** 2))
+    return curve / curve.sum()
+
+
+def draw_regime(rng: np.random.Generator, family: RegimeFamily, config: MarketConfig) -> dict[str, Any]:
+    """The day's latent regime and its slot-level paths (price offsets, traffic factors, shocks)."""
+    level = rng.normal(family.price_level_mean, family.price_level_std)
+    volatility = rng.uniform(*family.volatility)
+    conversion_scale = float(np.exp(rng.normal(family.conversion_log_mean, family.conversion_log_std)))
+    shock_rate = rng.uniform(*family.shock_rate)
+    traffic_scale = rng.uniform(*family.traffic_scale)
+
+    t = np.arange(SLOTS_PER_DAY)
+    wave = config.diurnal_price_amplitude * np.sin(2 * np.pi * (t - 24) / SLOTS_PER_DAY)
+    walk = np.cumsum(rng.normal(0.0, volatility, SLOTS_PER_DAY))
+    log_price = level + wave + walk - walk.mean()
+    traffic = np.ones(SLOTS_PER_DAY)
+    shocks = []
+    slot = 0
+    while slot < SLOTS_PER_DAY:
+        if rng.random() < shock_rate:
+            length = int(rng.integers(1, config.shock_max_slots + 1))
+            end = min(slot + length, SLOTS_PER_DAY)
+            if rng.random() < 0.5:
+                jump = rng.uniform(*config.price_spike)
+                log_price[slot:end] += jump
+                shocks.append({"kind": "price_spike", "start": slot, "end": end, "log_jump": round(float(jump), 4)})
+            else:
+                factor = rng.uniform(*config.outage_traffic)
+                traffic[slot:end] *= factor
+                shocks.append({"kind": "outage", "start": slot, "end": end, "traffic_factor": round(float(factor), 4)})
+            slot = end
+        else:
+            slot += 1
+    return {
+        "price_level": round(float(level), 6),
+        "price_volatility": round(float(volatility), 6),
+        "conversion_scale": round(conversion_scale, 6),
+        "shock_rate": round(float(shock_rate), 6),
+        "traffic_scale": round(float(traffic_scale), 6),
+        "shocks": shocks,
+        "log_price_path": [round(float(x), 5) for x in log_price],
+        "traffic_path": [round(float(x), 5) for x in traffic],
+    }
+
+
+def _float32_exact(x: np.ndarray) -> np.ndarray:
+    """Round to float32 precision (kept as float64) so the Parquet files hold the values exactly."""
+    return x.astype(np.float32).astype(np.float64)
+
+
+def generate_day(day: int, ood: bool, config: MarketConfig) -> tuple[DayLog, dict[str, Any]]:
+    """One day's impressions and its regime, from ``default_rng([seed, day])`` alone."""
+    rng = np.random.default_rng([config.seed, day])
+    regime = draw_regime(rng, config.ood_family if ood else config.id_family, config)
+    expected = config.impressions_per_day * regime["traffic_scale"] * diurnal_profile() * np.array(regime["traffic_path"])
+    counts = rng.poisson(expected)
+    n = int(counts.sum())
+    slot = np.repeat(np.arange(SLOTS_PER_DAY), counts)
+
+    value = rng.lognormal(0.0, config.value_dispersion, n)
+    predicted_cvr = np.minimum(config.base_cvr * rng.lognormal(0.0, config.cvr_dispersion, n), 0.5)
+    utility = _float32_exact(value * predicted_cvr)
+    utility = np.maximum(utility, np.float32(1e-9))  # float32 rounding must never reach 0
+    true_cvr = np.minimum(predicted_cvr * regime["conversion_scale"] * rng.lognormal(0.0, config.prediction_noise, n), 1.0)
+    delivery = _float32_exact(value * (rng.random(n) < true_cvr))
+
+    reference_utility = config.base_cvr  # median of value * predicted_cvr (both lognormal, value median 1)
+    relative = utility / reference_utility
+    log_price = np.asarray(regime["log_price_path"])[slot]
+    market_price = _float32_exact(
+        config.price_markup
+        * reference_utility
+        * relative**config.price_utility_elasticity
+        * np.exp(log_price + rng.normal(0.0, config.price_noise, n))
+    )
+    log = DayLog(
+        day=day,
+        utility=utility,
+        market_price=market_price,
+        delivery=delivery,
+        cost=market_price,
+        slot_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+    )
+    return log, regime
+
+
+def split_of_days(config: MarketConfig) -> dict[int, str]:
+    """ID days 0..days_id-1 split train/test by a seeded i.i.d. permutation; OOD days follow them."""
+    rng = np.random.default_rng([config.seed, 2**31 - 1])
+    order = rng.permutation(config.days_id)
+    n_train = int(round(config.train_fraction * config.days_id))
+    split = {int(d): ("train" if rank < n_train else "test") for rank, d in enumerate(order)}
+    split.update({config.days_id + k: "ood" for k in range(config.days_ood)})
+    return split
+
+
+def _build_day(args: tuple[int, str, MarketConfig, str]) -> dict[str, Any]:
+    day, split, config, out = args
+    log, regime = generate_day(day, split == "ood", config)
+    roi_target, budget, fraction = draw_mc_constraints(
+        DayIndex(log), np.random.default_rng([config.seed, day, 1]), config.constraints
+    )
+    regime["budget_fraction"] = fraction
+    name = f"day_{day:03d}.parquet"
+    write_day(log, Path(out) / name)
+    entry = DayEntry(
+        day=day,
+        split=split,
+        file=name,
+        n_impressions=log.n_impressions,
+        mc=MCConstraints(roi_target=roi_target, budget=budget),
+        sha256=file_sha256(Path(out) / name),
+        regime=regime,
+    )
+    return entry.to_dict()
+
+
+def generate_market(out: Path, config: MarketConfig, workers: int | None = None, progress=None) -> Market:
+    """Write ``config``'s market into ``out`` (one Parquet per day + manifest.json); return it.
+
+    ``progress`` is an optional callable invoked once per finished day.
+    """
+    if config.days_id < 0 or config.days_ood < 0 or config.days_id + config.days_ood == 0:
+        raise ValueError("need at least one day (days_id + days_ood > 0, both >= 0)")
+    if config.impressions_per_day < SLOTS_PER_DAY:
+        raise ValueError(f"impressions_per_day must be >= {SLOTS_PER_DAY}")
+    out.mkdir(parents=True, exist_ok=True)
+    splits = split_of_days(config)
+    jobs = [(day, split, config, str(out)) for day, split in sorted(splits.items())]
+    workers = workers or min(len(jobs), os.cpu_count() or 1)
+    entries = []
+    if workers <= 1:
+        for job in jobs:
+            entries.append(_build_day(job))
+            if progress:
+                progress()
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for entry in pool.map(_build_day, jobs):
+                entries.append(entry)
+                if progress:
+                    progress()
+    source = {"kind": "synthetic", "generator": "rcb.training.market.generator", "config": config.to_dict()}
+    market = Market(root=out, days=[DayEntry.from_dict(e) for e in entries], source=source)
+    market.save()
+    return market
+
+
+def config_with(**overrides: Any) -> MarketConfig:
+    """The default config with some fields replaced (what the CLI passes)."""
+    return replace(MarketConfig(), **overrides)
