@@ -37,6 +37,7 @@ def random_day_log(rng: np.random.Generator, n: int = 5000, day: int = 0, conver
 def build_market(root: Path, n_days: int = 6, n: int = 3000, seed: int = 0) -> Market:
     """Write a small market: days split train/test/ood in thirds, MC constraints L=1.1, B=cost of ratio 1.5/2."""
     rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
     entries = []
     for day in range(n_days):
         log = random_day_log(rng, n=n, day=day)

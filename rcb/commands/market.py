@@ -9,9 +9,11 @@ from typing import Annotated
 
 import typer
 
+from rcb.commands import market_import
 from rcb.commands.common import console, fail, print_json, progress, user_errors
 
 app = typer.Typer(help="Make, import and inspect market logs.", no_args_is_help=True)
+app.command("import")(market_import.import_command)
 
 
 @app.command("generate")

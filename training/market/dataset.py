@@ -93,6 +93,8 @@ class Market:
             raw = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise MarketError(f"{path}: not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise MarketError(f"{path}: expected a JSON object, found {type(raw).__name__}")
         if raw.get("format") != FORMAT:
             raise MarketError(f"{path}: format {raw.get('format')!r}, expected {FORMAT!r}")
         days = [DayEntry.from_dict(d) for d in raw.get("days", [])]

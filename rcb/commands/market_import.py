@@ -1,0 +1,116 @@
+"""`rcb market import`: convert public impression logs (CBRL reference, AuctionNet) into a market directory."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from rcb.commands.common import console, print_json, progress, user_errors
+
+
+class LogFormat(StrEnum):
+    """The public log formats `rcb market import` reads (see training/market/adapters.py)."""
+
+    cbrl_syn = "cbrl-syn"
+    auctionnet = "auctionnet"
+
+
+def parse_days(text: str) -> set[int]:
+    """``"3,5,10-12"`` -> ``{3, 5, 10, 11, 12}``; raises ValueError naming the bad item."""
+    days: set[int] = set()
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        low, dash, high = item.partition("-")
+        try:
+            if dash and low:
+                first, last = int(low), int(high)
+                if last < first:
+                    raise ValueError
+                days.update(range(first, last + 1))
+            else:
+                days.add(int(item))
+        except ValueError:
+            raise ValueError(f"bad day {item!r} in {text!r}: expected integers or ranges like 3,5,10-12") from None
+    return days
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    """The import at a glance: days per split, rows kept, invalid rows by reason, notes."""
+    table = Table(title=f"{summary['format']} import -> {summary['out']}", show_header=True)
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for split, count in summary["days_per_split"].items():
+        table.add_row(f"days: {split}", f"{count:,}")
+    table.add_row("rows read", f"{summary['n_rows']:,}")
+    table.add_row("rows kept", f"{summary['n_kept']:,}")
+    table.add_row("rows left out", f"{summary['n_invalid']:,}")
+    for reason, count in sorted(summary["invalid_rows"].items(), key=lambda item: -item[1]):
+        table.add_row(f"  invalid: {reason}", f"{count:,}")
+    for note, count in summary["notes"].items():
+        table.add_row(f"  note: {note}", f"{count:,}")
+    return table
+
+
+def import_command(
+    fmt: Annotated[LogFormat, typer.Option("--format", help="Format of the source logs.", case_sensitive=False)],
+    src: Annotated[Path, typer.Argument(help="A log file, or a directory of per-day (per-period) log files.")],
+    out: Annotated[Path, typer.Option("--out", help="Market directory to write (one Parquet per day + manifest).")],
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds the train/test split and drawn constraints.")] = 0,
+    test_fraction: Annotated[
+        float, typer.Option("--test-fraction", min=0.0, max=1.0, help="Chance that a non-OOD day goes to test.")
+    ] = 0.5,
+    ood_days: Annotated[
+        str, typer.Option("--ood-days", help="Day ids for the OOD split, e.g. 3,5,10-12 (default: none).")
+    ] = "",
+    value_per_conversion: Annotated[
+        float | None,
+        typer.Option(
+            "--value-per-conversion",
+            help="auctionnet: value V of a conversion (utility = pValue * V); default: the period's CPA, so L = 1.",
+        ),
+    ] = None,
+    advertiser: Annotated[
+        int | None, typer.Option("--advertiser", help="auctionnet: advertiserNumber to import (needed if several).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a market already in OUT.")] = False,
+    json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Import public logs into the SPEC 3 schema; invalid rows are left out and reported by reason."""
+    from training.market.adapters import import_market
+
+    with user_errors():
+        ood = parse_days(ood_days)
+        with progress(quiet=json) as bar:
+            tasks: dict[str, Any] = {}
+
+            def report(stage: str, done: int, total: int) -> None:
+                if stage not in tasks:
+                    tasks[stage] = bar.add_task(stage, total=total)
+                bar.update(tasks[stage], completed=done, total=total)
+
+            summary = import_market(
+                fmt.value,
+                src,
+                out,
+                seed=seed,
+                test_fraction=test_fraction,
+                ood_days=ood,
+                value_per_conversion=value_per_conversion,
+                advertiser=advertiser,
+                progress=report,
+                overwrite=force,
+            )
+    result = summary.to_dict()
+    if json:
+        print_json(result)
+        return
+    console.print(summary_table(result))
+    counts = result["days_per_split"]
+    if (counts["train"] == 0 and test_fraction < 1) or (counts["test"] == 0 and test_fraction > 0):
+        # An i.i.d. split of a few days can leave a split empty; say so rather than let training find out.
+        console.print("[yellow]warning:[/] the train or test split is empty; try another --seed or --test-fraction")
