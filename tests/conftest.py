@@ -46,8 +46,13 @@ def build_market(root: Path, n_days: int = 6, n: int = 3000, seed: int = 0) -> M
         split = ("train", "test", "ood")[day * 3 // n_days]
         won = 1.5 * log.utility > log.market_price
         entries.append(
-            DayEntry(day=day, split=split, file=name, n_impressions=log.n_impressions,
-                     mc=MCConstraints(roi_target=1.1, budget=float(log.cost[won].sum() / 2)))
+            DayEntry(
+                day=day,
+                split=split,
+                file=name,
+                n_impressions=log.n_impressions,
+                mc=MCConstraints(roi_target=1.1, budget=float(log.cost[won].sum() / 2)),
+            )
         )
     market = Market(root=root, days=entries, source={"kind": "test-fixture", "seed": seed})
     market.save()

@@ -32,7 +32,11 @@ def _best_constant_ratio(index: DayIndex, roi_target: float = 1.0) -> tuple[floa
     roi = np.divide(delivery, cost, out=np.full_like(delivery, np.inf), where=cost > 0)
     feasible = (roi >= roi_target) & (delivery > 0)
     best = int(np.argmax(np.where(feasible, delivery, -1.0)))
-    return (float(CURVE_GRID[best]) if feasible.any() else float("nan")), float(delivery[best] * feasible.any()), float(roi[-1])
+    return (
+        (float(CURVE_GRID[best]) if feasible.any() else float("nan")),
+        float(delivery[best] * feasible.any()),
+        float(roi[-1]),
+    )
 
 
 def test_day_is_deterministic_and_independent_of_other_days():

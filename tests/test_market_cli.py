@@ -19,8 +19,21 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cli") / "market"
     result = runner.invoke(
         app,
-        ["market", "generate", "--out", str(out), "--days-id", "6", "--days-ood", "3",
-         "--impressions-per-day", "20000", "--seed", "5", "--json"],
+        [
+            "market",
+            "generate",
+            "--out",
+            str(out),
+            "--days-id",
+            "6",
+            "--days-ood",
+            "3",
+            "--impressions-per-day",
+            "20000",
+            "--seed",
+            "5",
+            "--json",
+        ],
     )
     assert result.exit_code == 0, result.output
     return out
@@ -39,7 +52,9 @@ def test_generate_refuses_to_overwrite_without_force(generated: Path):
 
 
 def test_generate_rejects_empty_market(tmp_path: Path):
-    result = runner.invoke(app, ["market", "generate", "--out", str(tmp_path / "x"), "--days-id", "0", "--days-ood", "0"])
+    result = runner.invoke(
+        app, ["market", "generate", "--out", str(tmp_path / "x"), "--days-id", "0", "--days-ood", "0"]
+    )
     assert result.exit_code == 2
     assert "at least one day" in result.output
 

@@ -56,6 +56,16 @@ class DayIndex:
         self.prefix_delivery = self._slot_prefix(log.delivery[self.order])
         self.prefix_cost = self._slot_prefix(log.cost[self.order])
         self.impressions = np.diff(self.offsets)
+        # Per-slot views, so a step does no slicing arithmetic: (critical, prefix_delivery, prefix_cost, order).
+        self._slots = [
+            (
+                self.critical[lo:hi],
+                self.prefix_delivery[lo + t : hi + t + 1],
+                self.prefix_cost[lo + t : hi + t + 1],
+                self.order[lo:hi],
+            )
+            for t, (lo, hi) in enumerate(zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist(), strict=True))
+        ]
 
     def _slot_prefix(self, sorted_values: np.ndarray) -> np.ndarray:
         out = np.empty(sorted_values.shape[0] + SLOTS_PER_DAY, dtype=np.float64)
@@ -73,20 +83,22 @@ class DayIndex:
 
     def slot_outcome(self, t: int, ratios: np.ndarray) -> SlotOutcome:
         """Delivery, cost and wins of bidding each of ``ratios`` over all of slot ``t`` (no budget)."""
+        critical, prefix_delivery, prefix_cost, order = self._slots[t]
         ratios = np.asarray(ratios, dtype=np.float64)
-        lo_row, hi_row = int(self.offsets[t]), int(self.offsets[t + 1])
-        crit = self.critical[lo_row:hi_row]
-        sure = np.searchsorted(crit, ratios * (1.0 - _EXACT_WINDOW), side="left")
-        edge = np.searchsorted(crit, ratios * (1.0 + _EXACT_WINDOW), side="right")
-        delivery = self.prefix_delivery[lo_row + t + sure].copy()
-        cost = self.prefix_cost[lo_row + t + sure].copy()
-        wins = sure.astype(np.int64)
-        for j in np.flatnonzero(edge > sure):
-            rows = self.order[lo_row + sure[j] : lo_row + edge[j]]
-            won = ratios[j] * self.log.utility[rows] > self.log.market_price[rows]
-            delivery[j] += self.log.delivery[rows][won].sum()
-            cost[j] += self.log.cost[rows][won].sum()
-            wins[j] += int(won.sum())
+        sure = critical.searchsorted(ratios * (1.0 - _EXACT_WINDOW), side="left")
+        edge = critical.searchsorted(ratios * (1.0 + _EXACT_WINDOW), side="right")
+        delivery = prefix_delivery[sure]
+        cost = prefix_cost[sure]
+        wins = sure
+        near = edge > sure
+        if near.any():
+            log = self.log
+            for j in np.flatnonzero(near):
+                rows = order[sure[j] : edge[j]]
+                won = ratios[j] * log.utility[rows] > log.market_price[rows]
+                delivery[j] += log.delivery[rows][won].sum()
+                cost[j] += log.cost[rows][won].sum()
+                wins[j] += int(won.sum())
         return SlotOutcome(delivery=delivery, cost=cost, wins=wins)
 
     def slot_scan(self, t: int, ratio: float, remaining_budget: float) -> tuple[float, float, int, int, bool]:
@@ -125,10 +137,15 @@ class BatchedReplay:
         self.days = days
         self.episode_days = np.asarray(episode_days, dtype=np.int64)
         n = self.episode_days.shape[0]
+        if self.episode_days.ndim != 1 or (n and (self.episode_days.min() < 0 or self.episode_days.max() >= len(days))):
+            raise ValueError(f"episode_days must be a 1-d array of indices into the {len(days)} days")
         self.budgets = np.full(n, np.inf) if budgets is None else np.asarray(budgets, dtype=np.float64).copy()
         if self.budgets.shape != (n,):
             raise ValueError(f"budgets has shape {self.budgets.shape}, expected ({n},)")
-        self._by_day = [(d, np.flatnonzero(self.episode_days == d)) for d in np.unique(self.episode_days)]
+        if np.isnan(self.budgets).any() or (self.budgets < 0).any():
+            raise ValueError("budgets must be >= 0 (inf for no budget), never NaN")
+        self._budgeted = bool(np.isfinite(self.budgets).any())
+        self._by_day = [(self.days[d], np.flatnonzero(self.episode_days == d)) for d in np.unique(self.episode_days)]
         self.reset()
 
     @property
@@ -141,26 +158,31 @@ class BatchedReplay:
         self.delivery = np.zeros(n)
         self.cost = np.zeros(n)
         self.exhausted = np.zeros(n, dtype=bool)
+        self._any_exhausted = False
 
     @property
     def done(self) -> bool:
         return self.slot >= SLOTS_PER_DAY
 
     def step(self, ratios: np.ndarray) -> StepResult:
-        """Bid ``ratios[k]`` for episode ``k`` over the current slot; advance to the next slot."""
-        if self.done:
+        """Bid ``ratios[k]`` for episode ``k`` over the current slot; advance to the next slot.
+
+        ``impressions`` counts the auctions the episode took part in: the whole slot, or in the slot
+        where its budget runs out, those before the first win it could not pay for (0 afterwards).
+        """
+        if self.slot >= SLOTS_PER_DAY:
             raise RuntimeError("episode is over: all slots replayed; call reset()")
         ratios = np.asarray(ratios, dtype=np.float64)
-        if ratios.shape != (self.n_episodes,):
-            raise ValueError(f"ratios has shape {ratios.shape}, expected ({self.n_episodes},)")
-        if not np.all(np.isfinite(ratios)) or np.any(ratios < 0):
+        n = self.n_episodes
+        if ratios.shape != (n,):
+            raise ValueError(f"ratios has shape {ratios.shape}, expected ({n},)")
+        # min() propagates NaN, max() catches inf: two reductions instead of four.
+        if n and not (ratios.min() >= 0.0 and np.isfinite(ratios.max())):
             raise ValueError("ratios must be finite and >= 0")
         t = self.slot
-        n = self.n_episodes
         out = StepResult(np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
-        for d, episodes in self._by_day:
-            index = self.days[d]
-            active = episodes[~self.exhausted[episodes]]
+        for index, episodes in self._by_day:
+            active = episodes[~self.exhausted[episodes]] if self._any_exhausted else episodes
             if active.size == 0:
                 continue
             got = index.slot_outcome(t, ratios[active])
@@ -168,11 +190,13 @@ class BatchedReplay:
             out.cost[active] = got.cost
             out.wins[active] = got.wins
             out.impressions[active] = index.impressions[t]
-            remaining = self.budgets[active] - self.cost[active]
-            for k in active[got.cost > remaining]:
+            if not self._budgeted:
+                continue
+            for k in active[got.cost > self.budgets[active] - self.cost[active]]:
                 delivered, paid, wins, seen, exhausted = index.slot_scan(t, ratios[k], self.budgets[k] - self.cost[k])
                 out.delivery[k], out.cost[k], out.wins[k], out.impressions[k] = delivered, paid, wins, seen
                 self.exhausted[k] = exhausted
+                self._any_exhausted |= exhausted
         self.delivery += out.delivery
         self.cost += out.cost
         self.slot += 1

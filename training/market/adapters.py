@@ -423,8 +423,9 @@ def _convert_auctionnet(
     cpa_of = _per_period_constant(period, cpa, keep, "CPAConstraint", advertiser)
     budget_of = _per_period_constant(period, budget, keep, "budget", advertiser)
     constraints = {
-        d: MCConstraints(roi_target=1.0 if value_per_conversion is None else value_per_conversion / cpa_of[d],
-                         budget=budget_of[d])
+        d: MCConstraints(
+            roi_target=1.0 if value_per_conversion is None else value_per_conversion / cpa_of[d], budget=budget_of[d]
+        )
         for d in cpa_of
     }
     return _Converted(

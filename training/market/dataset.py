@@ -112,7 +112,11 @@ class Market:
         for entry in self.days:
             if entry.day == day:
                 return entry
-        raise MarketError(f"{self.root}: no day {day} (days {self.days[0].day}..{self.days[-1].day})" if self.days else f"{self.root}: no days")
+        raise MarketError(
+            f"{self.root}: no day {day} (days {self.days[0].day}..{self.days[-1].day})"
+            if self.days
+            else f"{self.root}: no days"
+        )
 
     def split(self, name: str) -> list[DayEntry]:
         if name not in SPLITS:

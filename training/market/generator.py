@@ -177,7 +177,9 @@ def generate_day(day: int, ood: bool, config: MarketConfig) -> tuple[DayLog, dic
     """One day's impressions and its regime, from ``default_rng([seed, day])`` alone."""
     rng = np.random.default_rng([config.seed, day])
     regime = draw_regime(rng, config.ood_family if ood else config.id_family, config)
-    expected = config.impressions_per_day * regime["traffic_scale"] * diurnal_profile() * np.array(regime["traffic_path"])
+    expected = (
+        config.impressions_per_day * regime["traffic_scale"] * diurnal_profile() * np.array(regime["traffic_path"])
+    )
     counts = rng.poisson(expected)
     n = int(counts.sum())
     slot = np.repeat(np.arange(SLOTS_PER_DAY), counts)
@@ -186,7 +188,9 @@ def generate_day(day: int, ood: bool, config: MarketConfig) -> tuple[DayLog, dic
     predicted_cvr = np.minimum(config.base_cvr * rng.lognormal(0.0, config.cvr_dispersion, n), 0.5)
     utility = _float32_exact(value * predicted_cvr)
     utility = np.maximum(utility, np.float32(1e-9))  # float32 rounding must never reach 0
-    true_cvr = np.minimum(predicted_cvr * regime["conversion_scale"] * rng.lognormal(0.0, config.prediction_noise, n), 1.0)
+    true_cvr = np.minimum(
+        predicted_cvr * regime["conversion_scale"] * rng.lognormal(0.0, config.prediction_noise, n), 1.0
+    )
     delivery = _float32_exact(value * (rng.random(n) < true_cvr))
 
     reference_utility = config.base_cvr  # median of value * predicted_cvr (both lognormal, value median 1)
@@ -213,7 +217,7 @@ def split_of_days(config: MarketConfig) -> dict[int, str]:
     """ID days 0..days_id-1 split train/test by a seeded i.i.d. permutation; OOD days follow them."""
     rng = np.random.default_rng([config.seed, 2**31 - 1])
     order = rng.permutation(config.days_id)
-    n_train = int(round(config.train_fraction * config.days_id))
+    n_train = round(config.train_fraction * config.days_id)
     split = {int(d): ("train" if rank < n_train else "test") for rank, d in enumerate(order)}
     split.update({config.days_id + k: "ood" for k in range(config.days_ood)})
     return split

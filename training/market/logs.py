@@ -51,6 +51,8 @@ def write_day(day: DayLog, path: Path) -> None:
     """Write one day as zstd Parquet, losslessly: float columns narrow to float32 only when exact."""
     frame = day.to_frame()
     fields = [pa.field("day", pa.int32()), pa.field("slot", pa.int8())]
-    fields += [pa.field(c, _narrowest_float(frame[c].to_numpy())) for c in ("utility", "market_price", "delivery", "cost")]
+    fields += [
+        pa.field(c, _narrowest_float(frame[c].to_numpy())) for c in ("utility", "market_price", "delivery", "cost")
+    ]
     table = pa.Table.from_pandas(frame, preserve_index=False).cast(pa.schema(fields))
     pq.write_table(table, path, compression="zstd")

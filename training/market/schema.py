@@ -122,7 +122,9 @@ def validate_frame(frame: pd.DataFrame, source: str = "log") -> tuple[pd.DataFra
     if "slot" not in frame.columns and "timestamp" not in frame.columns:
         missing.append("slot (or timestamp)")
     if missing:
-        raise SchemaError(f"{source}: missing column(s) {', '.join(missing)}; have {', '.join(map(str, frame.columns))}")
+        raise SchemaError(
+            f"{source}: missing column(s) {', '.join(missing)}; have {', '.join(map(str, frame.columns))}"
+        )
 
     report = ValidationReport(n_rows=len(frame))
     keep = np.ones(len(frame), dtype=bool)
@@ -173,7 +175,9 @@ def _slot_from_timestamp(stamp: pd.Series, keep: np.ndarray, report: ValidationR
         arrival = seconds
     else:
         parsed = pd.to_datetime(stamp, errors="coerce")
-        seconds = (parsed.dt.hour * 3600 + parsed.dt.minute * 60 + parsed.dt.second).to_numpy(dtype=np.float64, na_value=np.nan)
+        seconds = (parsed.dt.hour * 3600 + parsed.dt.minute * 60 + parsed.dt.second).to_numpy(
+            dtype=np.float64, na_value=np.nan
+        )
         arrival = np.where(parsed.isna(), np.nan, parsed.astype("int64").to_numpy(dtype=np.float64))
     _reject(keep, ~np.isfinite(seconds), "timestamp missing or unparseable", report)
     slot = np.floor(np.mod(np.nan_to_num(seconds), 24 * 3600) / SLOT_SECONDS)
