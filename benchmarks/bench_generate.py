@@ -9,6 +9,7 @@ for the parallel run (one worker per core) and, side by side, a single-worker ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shutil
@@ -45,10 +46,8 @@ class PeakTreeMemory:
         while not self._stop.is_set():
             total = me.memory_info().rss
             for child in me.children(recursive=True):
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     total += child.memory_info().rss
-                except psutil.NoSuchProcess:
-                    pass
             self.peak = max(self.peak, total)
             time.sleep(0.05)
 

@@ -68,7 +68,7 @@ def report_command(
             raise fail(f"{data_dir}: the manifest lists no days")
         with progress(quiet=json) as bar:
             task = bar.add_task("oracles (cached after the first run)", total=3 * len(market.days))
-            facts = collect_facts(market, progress=lambda: bar.advance(task))
+            facts = collect_facts(market, progress=lambda _result: bar.advance(task))
         summary = summarize(facts)
         png = out or data_dir / "report.png"
         plot(facts, png, title=f"{data_dir.name}: {len(market.days)} days")

@@ -8,6 +8,7 @@ a few days' slot-wise optimal-ratio paths, and for MC how often each constraint 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from training.market.constraints import day_curve
 from training.market.dataset import SPLITS, Market
-from training.oracle import market_oracle
+from training.oracle import OracleResult, market_oracle
 from training.simulator import DayIndex
 
 SPLIT_COLORS = {"train": "tab:blue", "test": "tab:green", "ood": "tab:red"}
@@ -42,7 +43,7 @@ class DayFacts:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def collect_facts(market: Market, progress=None) -> list[DayFacts]:
+def collect_facts(market: Market, progress: Callable[[OracleResult], None] | None = None) -> list[DayFacts]:
     """Solve (or read cached) SC slot/day oracles and MC slot oracles; gather per-day facts."""
     slot_sc = {r.day: r for r in market_oracle(market, "sc", kind="slot", progress=progress)}
     day_sc = {r.day: r for r in market_oracle(market, "sc", kind="day", progress=progress)}
