@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from model.contract import SLOTS_PER_DAY
-from training.market.constraints import CURVE_GRID, day_curve
+from training.market.constraints import CURVE_GRID, day_curve, draw_mc_constraints
 from training.market.dataset import Market
 from training.market.generator import MarketConfig, config_with, diurnal_profile, generate_day, generate_market
+from training.oracle import slot_oracle
 from training.simulator import DayIndex
 
 CALIBRATION = config_with(days_id=40, days_ood=12, impressions_per_day=60_000, seed=7)
@@ -135,3 +136,17 @@ def test_generate_market_writes_manifest_with_paper_split(tmp_path: Path):
 def test_default_config_matches_the_paper_split():
     config = MarketConfig()
     assert (config.days_id, config.days_ood, config.train_fraction) == (60, 20, 0.5)
+
+
+def test_mc_constraints_let_both_constraints_bind(calibration_days):
+    """Across days, the MC oracle is held back by the budget on some and by the ROI target on others."""
+    budget_binds, roi_binds = [], []
+    for day, _, index, _ in calibration_days[:30]:
+        roi_target, budget, fraction = draw_mc_constraints(index, np.random.default_rng([CALIBRATION.seed, day, 1]))
+        assert 0.8 <= roi_target <= 1.3 and budget > 0 and 0.3 <= fraction <= 1.5
+        best = slot_oracle(index, roi_target, budget)
+        assert best.delivery > 0 and best.cost <= budget and best.delivery >= roi_target * best.cost
+        budget_binds.append(best.cost >= 0.98 * budget)
+        roi_binds.append(best.delivery <= 1.02 * roi_target * best.cost)
+    assert 0.2 <= np.mean(budget_binds) <= 0.9, f"budget binds on {np.mean(budget_binds):.0%} of days"
+    assert 0.2 <= np.mean(roi_binds) <= 0.9, f"ROI binds on {np.mean(roi_binds):.0%} of days"

@@ -6,11 +6,11 @@ of its own), for each day, with the day's own seeded generator:
 1. ``L ~ U(roi_low, roi_high)``. If no constant ratio reaches ROI >= L with positive delivery on
    that day, L is lowered to 0.9x the best ROI reachable while spending at least 5% of the
    top-ratio spend, so every MC day is feasible with positive delivery.
-2. ``C_L`` is the spend of the best constant ratio (grid 0.01..4.00) meeting ROI >= L without budget:
-   the day-wise ROI-only optimum.
+2. ``C_L`` is the spend of the slot-wise hindsight oracle under ROI >= L alone (no budget): what the
+   best possible bidder would spend to meet the ROI target.
 3. ``B = f * C_L`` with ``f ~ U(budget_low, budget_high)``. With ``f < 1`` the budget binds (the
-   ROI-only optimum is unaffordable); with ``f > 1`` the ROI constraint binds. The default range
-   straddles 1, so across days both constraints bind. ``f`` is kept for analysis.
+   ROI-only optimum is unaffordable); with ``f > 1`` it does not, and the ROI constraint binds. The
+   default range straddles 1, so across days both constraints bind. ``f`` is kept for analysis.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class ConstraintRecipe:
     roi_high: float = 1.3
     """Highest ROI target drawn."""
     budget_low: float = 0.3
-    """Lowest budget, as a fraction of the day-wise ROI-only optimum's spend."""
+    """Lowest budget, as a fraction of the spend of the slot-wise oracle under the ROI target alone."""
     budget_high: float = 1.5
     """Highest budget fraction (above 1 the ROI constraint binds instead)."""
 
@@ -64,5 +64,9 @@ def draw_mc_constraints(
         best = float(np.max(roi[meaningful])) if meaningful.any() else float(np.max(roi[delivery > 0], initial=1.0))
         roi_target = 0.9 * best
         feasible = (roi >= roi_target) & (delivery > 0)
-    spend_at_target = float(cost[feasible][np.argmax(delivery[feasible])]) if feasible.any() else float(cost[-1])
+    from training.oracle import slot_oracle  # the oracle module imports this one's grid
+
+    spend_at_target = slot_oracle(index, roi_target).cost
+    if spend_at_target <= 0:  # nothing worth buying at this target: any positive budget is slack
+        spend_at_target = float(cost[feasible][np.argmax(delivery[feasible])]) if feasible.any() else float(cost[-1])
     return round(roi_target, 6), float(fraction * spend_at_target), round(fraction, 6)
