@@ -167,6 +167,34 @@ def test_many_episodes_on_mixed_days() -> None:
     assert not env.exhausted[np.isinf(budgets)].any()
 
 
+@pytest.mark.parametrize("budget_fraction", [np.inf, 0.4])
+def test_bucketed_traffic_matches_direct_replay(budget_fraction: float) -> None:
+    """Different ratios on disjoint traffic buckets: totals and per-bucket stats match a per-impression walk."""
+    rng = np.random.default_rng(31)
+    log = random_day_log(rng, n=6000, day=4)
+    index = DayIndex(log, buckets=5)
+    assert np.bincount(index.bucket, minlength=5).min() > 900  # a fair split of the traffic
+    ratios = rng.uniform(0.0, 4.0, (SLOTS_PER_DAY, 5))
+    budget = budget_fraction * float(log.cost[4.0 * log.utility > log.market_price].sum())
+    env = BatchedReplay([index], np.zeros(2, dtype=np.int64), np.array([budget, np.inf]))
+    per_slot = [env.step(np.stack([ratios[t], ratios[t]])) for t in range(SLOTS_PER_DAY)]
+    fast = tuple(np.array([getattr(r, name)[0] for r in per_slot]) for name in ("delivery", "cost", "wins"))
+    _assert_same(fast, direct_replay(log, ratios, budget, bucket=index.bucket))
+    for r in per_slot:  # buckets add up to the totals, for the budgeted and the unbudgeted episode
+        assert r.by_bucket is not None
+        np.testing.assert_allclose(r.by_bucket.delivery.sum(axis=1), r.delivery, rtol=1e-12)
+        np.testing.assert_array_equal(r.by_bucket.wins.sum(axis=1), r.wins)
+        np.testing.assert_array_equal(r.by_bucket.impressions.sum(axis=1), r.impressions)
+    # One bucket alone: what bucket 2 won at slot 30 is exactly its own impressions' wins.
+    rows = np.arange(log.slot_offsets[30], log.slot_offsets[31])
+    mine = rows[index.bucket[rows] == 2]
+    won = ratios[30, 2] * log.utility[mine] > log.market_price[mine]
+    assert per_slot[30].by_bucket.wins[1, 2] == won.sum()
+    # The same ratio on every bucket is the unbucketed replay.
+    same = np.repeat(ratios[:, :1], 5, axis=1)
+    _assert_same(_replay(log, ratios[:, 0]), direct_replay(log, same, bucket=index.bucket))
+
+
 def test_reset_replays_identically() -> None:
     rng = np.random.default_rng(9)
     log = random_day_log(rng, n=2000)
@@ -188,7 +216,9 @@ def test_step_and_construction_errors() -> None:
     with pytest.raises(ValueError, match="shape"):
         env.step(np.ones(2))
     with pytest.raises(ValueError, match="shape"):
-        env.step(np.ones((3, 1)))
+        env.step(np.ones((3, 1, 1)))
+    with pytest.raises(ValueError, match="bucket"):
+        env.step(np.ones((3, 2)))  # the days were indexed with one traffic bucket
     with pytest.raises(ValueError, match=">= 0"):
         env.step(np.array([1.0, -0.1, 1.0]))
     with pytest.raises(ValueError, match="finite"):

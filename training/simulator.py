@@ -35,55 +35,70 @@ class SlotOutcome:
 
 
 class DayIndex:
-    """One day's impressions, pre-sorted per slot by critical ratio, with prefix sums.
+    """One day's impressions, pre-sorted per segment by critical ratio, with prefix sums.
 
-    Memory is about 60 bytes per impression (raw arrays kept for the budget scan).
+    A *segment* is a slot, or with ``buckets > 1`` a (slot, traffic bucket) pair: every impression is
+    assigned to one of ``buckets`` traffic buckets by a seeded draw (fixed per day), so a bidder can bid
+    different ratios on disjoint shares of the traffic (CEM's exploration spends real impressions).
+    Segment ``s = t * buckets + b``. Memory is about 60 bytes per impression (raw arrays kept for the
+    budget scan).
     """
 
-    def __init__(self, log: DayLog):
+    def __init__(self, log: DayLog, buckets: int = 1):
+        if buckets < 1:
+            raise ValueError(f"buckets must be >= 1, not {buckets}")
         self.log = log
         self.day = log.day
-        self.offsets = log.slot_offsets
+        self.buckets = buckets
         n = log.n_impressions
+        n_segments = SLOTS_PER_DAY * buckets
+        if buckets == 1:
+            self.bucket = np.zeros(n, dtype=np.int64)
+        else:
+            self.bucket = np.random.default_rng([abs(log.day), 0x5EED, buckets]).integers(0, buckets, n)
+        segment = log.slot * buckets + self.bucket
         critical = log.market_price / log.utility
-        self.order = np.empty(n, dtype=np.int64)
-        for t in range(SLOTS_PER_DAY):
-            lo, hi = self.offsets[t], self.offsets[t + 1]
-            self.order[lo:hi] = lo + np.argsort(critical[lo:hi], kind="stable")
+        self.order = np.lexsort((critical, segment))  # by segment, then critical ratio; stable
         self.critical = critical[self.order]
-        # Prefix sums per slot: pref[lo + t + k] holds the sum of the first k sorted items of slot t.
-        # Each slot gets one extra leading zero, hence the ``+ t`` shift.
-        self.prefix_delivery = self._slot_prefix(log.delivery[self.order])
-        self.prefix_cost = self._slot_prefix(log.cost[self.order])
-        self.impressions = np.diff(self.offsets)
-        # Per-slot views, so a step does no slicing arithmetic: (critical, prefix_delivery, prefix_cost, order).
-        self._slots = [
+        self.segment_offsets = np.concatenate([[0], np.cumsum(np.bincount(segment, minlength=n_segments))])
+        # Prefix sums per segment: prefix[lo + s + k] is the sum of the first k sorted items of segment s
+        # (each segment gets one leading zero, hence the ``+ s`` shift). Per-segment cumsums keep small
+        # segments as accurate as large ones.
+        self.prefix_delivery = self._segment_prefix(log.delivery[self.order])
+        self.prefix_cost = self._segment_prefix(log.cost[self.order])
+        self.impressions = np.diff(log.slot_offsets)
+        self.bucket_impressions = np.diff(self.segment_offsets).reshape(SLOTS_PER_DAY, buckets)
+        # Per-segment views, so a step does no slicing arithmetic: (critical, prefix_delivery, prefix_cost, order).
+        bounds = zip(self.segment_offsets[:-1].tolist(), self.segment_offsets[1:].tolist(), strict=True)
+        self._segments = [
             (
                 self.critical[lo:hi],
-                self.prefix_delivery[lo + t : hi + t + 1],
-                self.prefix_cost[lo + t : hi + t + 1],
+                self.prefix_delivery[lo + s : hi + s + 1],
+                self.prefix_cost[lo + s : hi + s + 1],
                 self.order[lo:hi],
             )
-            for t, (lo, hi) in enumerate(zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist(), strict=True))
+            for s, (lo, hi) in enumerate(bounds)
         ]
 
-    def _slot_prefix(self, sorted_values: np.ndarray) -> np.ndarray:
-        out = np.empty(sorted_values.shape[0] + SLOTS_PER_DAY, dtype=np.float64)
-        for t in range(SLOTS_PER_DAY):
-            lo, hi = self.offsets[t], self.offsets[t + 1]
-            out[lo + t] = 0.0
-            np.cumsum(sorted_values[lo:hi], out=out[lo + t + 1 : hi + t + 1])
+    def _segment_prefix(self, sorted_values: np.ndarray) -> np.ndarray:
+        offsets = self.segment_offsets
+        out = np.empty(sorted_values.shape[0] + len(offsets) - 1, dtype=np.float64)
+        for s in range(len(offsets) - 1):
+            lo, hi = offsets[s], offsets[s + 1]
+            out[lo + s] = 0.0
+            np.cumsum(sorted_values[lo:hi], out=out[lo + s + 1 : hi + s + 1])
         return out
 
     @property
     def nbytes(self) -> int:
         log = self.log
         raw = log.utility.nbytes + log.market_price.nbytes + log.delivery.nbytes + log.cost.nbytes
-        return raw + self.order.nbytes + self.critical.nbytes + self.prefix_delivery.nbytes + self.prefix_cost.nbytes
+        index = self.order.nbytes + self.critical.nbytes + self.prefix_delivery.nbytes + self.prefix_cost.nbytes
+        return raw + index + (self.bucket.nbytes if self.buckets > 1 else 0)
 
-    def slot_outcome(self, t: int, ratios: np.ndarray) -> SlotOutcome:
-        """Delivery, cost and wins of bidding each of ``ratios`` over all of slot ``t`` (no budget)."""
-        critical, prefix_delivery, prefix_cost, order = self._slots[t]
+    def segment_outcome(self, segment: int, ratios: np.ndarray) -> SlotOutcome:
+        """Delivery, cost and wins of bidding each of ``ratios`` over a whole segment (no budget)."""
+        critical, prefix_delivery, prefix_cost, order = self._segments[segment]
         ratios = np.asarray(ratios, dtype=np.float64)
         sure = critical.searchsorted(ratios * (1.0 - _EXACT_WINDOW), side="left")
         edge = critical.searchsorted(ratios * (1.0 + _EXACT_WINDOW), side="right")
@@ -101,29 +116,70 @@ class DayIndex:
                 wins[j] += int(won.sum())
         return SlotOutcome(delivery=delivery, cost=cost, wins=wins)
 
-    def slot_scan(self, t: int, ratio: float, remaining_budget: float) -> tuple[float, float, int, int, bool]:
-        """Arrival-order replay of slot ``t`` under a budget: (delivery, cost, wins, impressions, exhausted).
+    def slot_outcome(self, t: int, ratios: np.ndarray) -> SlotOutcome:
+        """Delivery, cost and wins of bidding each of ``ratios`` over all of slot ``t`` (no budget)."""
+        if self.buckets == 1:
+            return self.segment_outcome(t, ratios)
+        parts = [self.segment_outcome(t * self.buckets + b, ratios) for b in range(self.buckets)]
+        return SlotOutcome(
+            delivery=np.sum([p.delivery for p in parts], axis=0),
+            cost=np.sum([p.cost for p in parts], axis=0),
+            wins=np.sum([p.wins for p in parts], axis=0),
+        )
 
-        Bidding stops at the first win whose cost would take the spend past ``remaining_budget``.
+    def slot_scan(self, t: int, ratio: float | np.ndarray, remaining_budget: float) -> ScanOutcome:
+        """Arrival-order replay of slot ``t`` under a budget.
+
+        ``ratio`` is one ratio, or one per traffic bucket. Bidding stops at the first win whose cost
+        would take the spend past ``remaining_budget``.
         """
         rows = self.log.slot_rows(t)
-        won = ratio * self.log.utility[rows] > self.log.market_price[rows]
-        spend = np.cumsum(np.where(won, self.log.cost[rows], 0.0))
+        bucket = self.bucket[rows]
+        row_ratio = np.asarray(ratio, dtype=np.float64)[bucket] if np.ndim(ratio) else ratio
+        won = row_ratio * self.log.utility[rows] > self.log.market_price[rows]
+        won_cost = np.where(won, self.log.cost[rows], 0.0)
+        spend = np.cumsum(won_cost)
         over = np.flatnonzero(won & (spend > remaining_budget))
         stop = int(over[0]) if over.size else len(spend)
-        delivered = float(np.where(won[:stop], self.log.delivery[rows][:stop], 0.0).sum())
-        paid = float(spend[stop - 1]) if stop else 0.0
-        return delivered, paid, int(won[:stop].sum()), stop, bool(over.size)
+        won_delivery = np.where(won[:stop], self.log.delivery[rows][:stop], 0.0)
+        bucket = bucket[:stop]
+        m = self.buckets
+        return ScanOutcome(
+            delivery=np.bincount(bucket, weights=won_delivery, minlength=m),
+            cost=np.bincount(bucket, weights=won_cost[:stop], minlength=m),
+            wins=np.bincount(bucket, weights=won[:stop], minlength=m).astype(np.int64),
+            impressions=np.bincount(bucket, minlength=m),
+            total_cost=float(spend[stop - 1]) if stop else 0.0,
+            exhausted=bool(over.size),
+        )
 
 
-@dataclass
-class StepResult:
-    """Per-episode aggregates of one slot: the only things a bidder observes (partial observability)."""
+@dataclass(frozen=True)
+class ScanOutcome:
+    """A budgeted arrival-order replay of one slot, per traffic bucket (arrays of length ``buckets``)."""
 
     delivery: np.ndarray
     cost: np.ndarray
     wins: np.ndarray
     impressions: np.ndarray
+    total_cost: float
+    """Spend summed in arrival order (what the budget was checked against)."""
+    exhausted: bool
+
+
+@dataclass
+class StepResult:
+    """Per-episode aggregates of one slot: the only things a bidder observes (partial observability).
+
+    After a bucketed step (ratios of shape ``(n, buckets)``), ``by_bucket`` holds the same four
+    statistics per traffic bucket, shape ``(n, buckets)``: what each share of the traffic won.
+    """
+
+    delivery: np.ndarray
+    cost: np.ndarray
+    wins: np.ndarray
+    impressions: np.ndarray
+    by_bucket: StepResult | None = None
 
 
 class BatchedReplay:
@@ -165,42 +221,80 @@ class BatchedReplay:
         return self.slot >= SLOTS_PER_DAY
 
     def step(self, ratios: np.ndarray) -> StepResult:
-        """Bid ``ratios[k]`` for episode ``k`` over the current slot; advance to the next slot.
+        """Bid for every episode over the current slot; advance to the next slot.
 
-        ``impressions`` counts the auctions the episode took part in: the whole slot, or in the slot
-        where its budget runs out, those before the first win it could not pay for (0 afterwards).
+        ``ratios`` is ``(n,)`` (one ratio per episode) or ``(n, buckets)`` (one per traffic bucket, with
+        days indexed with that many buckets). ``impressions`` counts the auctions an episode took part
+        in: the whole slot, or in the slot where its budget runs out, those before the first win it
+        could not pay for (0 afterwards).
         """
         if self.slot >= SLOTS_PER_DAY:
             raise RuntimeError("episode is over: all slots replayed; call reset()")
         ratios = np.asarray(ratios, dtype=np.float64)
         n = self.n_episodes
-        if ratios.shape != (n,):
-            raise ValueError(f"ratios has shape {ratios.shape}, expected ({n},)")
+        bucketed = ratios.ndim == 2
+        if ratios.shape[:1] != (n,) or ratios.ndim > 2:
+            raise ValueError(f"ratios has shape {ratios.shape}, expected ({n},) or ({n}, buckets)")
+        if bucketed and any(index.buckets != ratios.shape[1] for index, _ in self._by_day):
+            raise ValueError(f"{ratios.shape[1]} ratios per episode, but the days are indexed with other bucket counts")
         # min() propagates NaN, max() catches inf: two reductions instead of four.
-        if n and not (ratios.min() >= 0.0 and np.isfinite(ratios.max())):
+        if ratios.size and not (ratios.min() >= 0.0 and np.isfinite(ratios.max())):
             raise ValueError("ratios must be finite and >= 0")
         t = self.slot
-        out = StepResult(np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+        out = self._zeros(n)
+        if bucketed:
+            out.by_bucket = self._zeros((n, ratios.shape[1]))
         for index, episodes in self._by_day:
             active = episodes[~self.exhausted[episodes]] if self._any_exhausted else episodes
             if active.size == 0:
                 continue
-            got = index.slot_outcome(t, ratios[active])
-            out.delivery[active] = got.delivery
-            out.cost[active] = got.cost
-            out.wins[active] = got.wins
-            out.impressions[active] = index.impressions[t]
+            if bucketed:
+                self._bucketed_outcome(index, t, active, ratios[active], out)
+            else:
+                got = index.slot_outcome(t, ratios[active])
+                out.delivery[active] = got.delivery
+                out.cost[active] = got.cost
+                out.wins[active] = got.wins
+                out.impressions[active] = index.impressions[t]
             if not self._budgeted:
                 continue
-            for k in active[got.cost > self.budgets[active] - self.cost[active]]:
-                delivered, paid, wins, seen, exhausted = index.slot_scan(t, ratios[k], self.budgets[k] - self.cost[k])
-                out.delivery[k], out.cost[k], out.wins[k], out.impressions[k] = delivered, paid, wins, seen
-                self.exhausted[k] = exhausted
-                self._any_exhausted |= exhausted
+            for k in active[out.cost[active] > self.budgets[active] - self.cost[active]]:
+                scan = index.slot_scan(t, ratios[k], self.budgets[k] - self.cost[k])
+                out.delivery[k], out.cost[k] = scan.delivery.sum(), scan.total_cost
+                out.wins[k], out.impressions[k] = scan.wins.sum(), scan.impressions.sum()
+                if out.by_bucket is not None:
+                    by = out.by_bucket
+                    by.delivery[k], by.cost[k], by.wins[k], by.impressions[k] = (
+                        scan.delivery,
+                        scan.cost,
+                        scan.wins,
+                        scan.impressions,
+                    )
+                self.exhausted[k] = scan.exhausted
+                self._any_exhausted |= scan.exhausted
         self.delivery += out.delivery
         self.cost += out.cost
         self.slot += 1
         return out
+
+    @staticmethod
+    def _zeros(shape: int | tuple[int, int]) -> StepResult:
+        return StepResult(np.zeros(shape), np.zeros(shape), np.zeros(shape, dtype=np.int64), np.zeros(shape, np.int64))
+
+    @staticmethod
+    def _bucketed_outcome(index: DayIndex, t: int, active: np.ndarray, ratios: np.ndarray, out: StepResult) -> None:
+        by = out.by_bucket
+        assert by is not None
+        for b in range(index.buckets):
+            got = index.segment_outcome(t * index.buckets + b, ratios[:, b])
+            by.delivery[active, b] = got.delivery
+            by.cost[active, b] = got.cost
+            by.wins[active, b] = got.wins
+            by.impressions[active, b] = index.bucket_impressions[t, b]
+        out.delivery[active] = by.delivery[active].sum(axis=1)
+        out.cost[active] = by.cost[active].sum(axis=1)
+        out.wins[active] = by.wins[active].sum(axis=1)
+        out.impressions[active] = by.impressions[active].sum(axis=1)
 
 
 def replay_day(index: DayIndex, ratios: np.ndarray, budget: float = np.inf) -> list[StepResult]:
@@ -209,18 +303,23 @@ def replay_day(index: DayIndex, ratios: np.ndarray, budget: float = np.inf) -> l
     return [env.step(np.array([r])) for r in np.asarray(ratios, dtype=np.float64)]
 
 
-def direct_replay(log: DayLog, ratios: np.ndarray, budget: float = np.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def direct_replay(
+    log: DayLog, ratios: np.ndarray, budget: float = np.inf, bucket: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The O(impressions) reference: per-slot (delivery, cost, wins) by walking every impression.
 
-    Used by tests and benchmarks to check :class:`BatchedReplay`; never on a hot path.
+    ``ratios`` is ``(48,)``, or ``(48, buckets)`` with ``bucket`` giving each row's traffic bucket
+    (:attr:`DayIndex.bucket`). Used by tests and benchmarks to check :class:`BatchedReplay`.
     """
+    ratios = np.asarray(ratios, dtype=np.float64)
     delivery = np.zeros(SLOTS_PER_DAY)
     cost = np.zeros(SLOTS_PER_DAY)
     wins = np.zeros(SLOTS_PER_DAY, dtype=np.int64)
     spent = 0.0
     for t in range(SLOTS_PER_DAY):
         for i in range(int(log.slot_offsets[t]), int(log.slot_offsets[t + 1])):
-            if ratios[t] * log.utility[i] > log.market_price[i]:
+            ratio = ratios[t] if bucket is None else ratios[t, bucket[i]]
+            if ratio * log.utility[i] > log.market_price[i]:
                 if spent + log.cost[i] > budget:
                     return delivery, cost, wins
                 spent += log.cost[i]
