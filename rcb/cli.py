@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from rcb.commands import market, oracle, simulate
+from rcb.commands import evaluate, market, oracle, simulate
 
 app = typer.Typer(
     name="rcb",
@@ -19,6 +19,7 @@ app = typer.Typer(
 app.add_typer(market.app, name="market")
 app.command("oracle")(oracle.oracle_command)
 app.command("simulate")(simulate.simulate_command)
+app.command("evaluate")(evaluate.evaluate_command)
 
 
 if __name__ == "__main__":

@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 
 import orjson
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 """Human-facing output goes to stderr so stdout stays machine-readable with --json."""
 
 
@@ -49,3 +50,10 @@ def progress(quiet: bool = False) -> Progress:
         disable=quiet,
         transient=False,
     )
+
+
+class SettingChoice(StrEnum):
+    """The problem settings of SPEC 1: SC (L = 1, no budget) and MC (each day's manifest L and B)."""
+
+    sc = "sc"
+    mc = "mc"

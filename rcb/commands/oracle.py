@@ -13,12 +13,7 @@ from typing import Annotated
 
 import typer
 
-from rcb.commands.common import console, fail, print_json, progress, user_errors
-
-
-class SettingChoice(StrEnum):
-    sc = "sc"
-    mc = "mc"
+from rcb.commands.common import SettingChoice, console, fail, print_json, progress, user_errors
 
 
 class KindChoice(StrEnum):

@@ -26,6 +26,7 @@ is the same whatever the worker count or the number of other days.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -264,7 +265,9 @@ def generate_market(out: Path, config: MarketConfig, workers: int | None = None,
             if progress:
                 progress()
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # spawn, not fork: a forked child inherits HiGHS's thread-pool state without its threads and
+        # spins forever once the parent has solved an oracle (the MC recipe solves one per day).
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             for entry in pool.map(_build_day, jobs):
                 entries.append(entry)
                 if progress:

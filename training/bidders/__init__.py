@@ -1,0 +1,1 @@
+"""Bidders: every method behind one interface (:class:`training.bidders.base.Bidder`)."""

@@ -1,0 +1,82 @@
+"""The one interface every bidding method implements, and the loop that drives it.
+
+A bidder sees, for a batch of episodes, only what a live bidder sees (:mod:`model.history`): the
+registration (L, B, reference delivery), its own past ratios and the aggregate stats of what it won
+in each finished slot. It answers the next slot's ratio per episode. Baselines, RL agents, exported
+ONNX policies and the live service all sit behind this interface, so every number in the project
+comes from :func:`play`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from model.contract import RATIO_MAX, RATIO_MIN
+from model.history import History, Registration
+from training.simulator import BatchedReplay, DayIndex, StepResult
+
+
+class Bidder(ABC):
+    """Batched slot-wise bidder. Subclasses set ``name`` and implement :meth:`bid`."""
+
+    name: ClassVar[str] = "bidder"
+    traffic_buckets: int = 1
+    """> 1: :meth:`bid` answers one ratio per traffic bucket, shape ``(n, traffic_buckets)``."""
+
+    def start(self, registration: Registration, seed: int) -> None:  # noqa: B027 - optional hook
+        """A new batch of episodes begins (reset per-episode state; ``seed`` seeds any randomness)."""
+
+    @abstractmethod
+    def bid(self, history: History) -> np.ndarray:
+        """Ratios for slot ``history.slot``: ``(n,)``, or ``(n, traffic_buckets)``, within [0, 4]."""
+
+    def observe(self, history: History, result: StepResult) -> None:  # noqa: B027 - optional hook
+        """The slot just bid is over; ``history`` already holds it. ``result.by_bucket`` after a bucketed bid."""
+
+    def params(self) -> dict[str, Any]:
+        """The hyperparameters that define this bidder (saved and printed after tuning)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Per-episode totals of a played batch, plus the full observed history."""
+
+    delivery: np.ndarray
+    cost: np.ndarray
+    history: History
+
+
+def play(
+    bidder: Bidder, days: list[DayIndex], episode_days: np.ndarray, registration: Registration, seed: int
+) -> Outcome:
+    """Replay one episode per entry of ``episode_days`` (indices into ``days``) with ``bidder``.
+
+    Budgets come from the registration (early termination as in the simulator). Ratios outside
+    [0, 4] are a bidder bug and raise.
+    """
+    env = BatchedReplay(days, episode_days, registration.budget)
+    history = History(registration)
+    bidder.start(registration, seed)
+    while not env.done:
+        ratios = np.asarray(bidder.bid(history), dtype=np.float64)
+        if ratios.size and not (ratios.min() >= RATIO_MIN and ratios.max() <= RATIO_MAX):
+            raise ValueError(f"{bidder.name} bid ratios outside [{RATIO_MIN}, {RATIO_MAX}] (or NaN)")
+        result = env.step(ratios)
+        # With bucketed bids the history keeps the traffic-weighted mean ratio of each episode.
+        shown = ratios if ratios.ndim == 1 else _traffic_weighted(ratios, result)
+        history.record(shown, result.delivery, result.cost, result.wins, result.impressions)
+        bidder.observe(history, result)
+    return Outcome(delivery=env.delivery.copy(), cost=env.cost.copy(), history=history)
+
+
+def _traffic_weighted(ratios: np.ndarray, result: StepResult) -> np.ndarray:
+    assert result.by_bucket is not None
+    weights = result.by_bucket.impressions.astype(np.float64)
+    total = weights.sum(axis=1)
+    mean = np.divide((ratios * weights).sum(axis=1), total, out=ratios.mean(axis=1), where=total > 0)
+    return mean

@@ -1,0 +1,109 @@
+"""The days of one split, loaded and indexed, with their constraints under a setting and their D*.
+
+What the evaluation harness and the tuners need in one place: replay indexes (built once per
+traffic-bucket count), each day's ``(L, B)`` for SC or MC, the slot-wise oracle delivery ``D*`` that
+metrics normalize by, and the registration a bidder receives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model.history import Registration
+from training.market.dataset import DayEntry, Market, MarketError
+from training.market.schema import DayLog
+from training.oracle import OracleResult, Setting, market_oracle, setting_constraints
+from training.simulator import DayIndex
+
+
+def reference_delivery(market: Market, progress: Callable[[OracleResult], None] | None = None) -> float:
+    """A campaign's typical daily delivery known at registration: the median SC oracle delivery of the train days.
+
+    Train days are history the campaign had before the evaluated days, so using their hindsight is
+    fair; the evaluated day's own oracle never enters any feature (SPEC 5).
+    """
+    train = market.split("train")
+    if not train:
+        raise MarketError(f"{market.root}: no train days to take a reference delivery from")
+    results = market_oracle(market, Setting.SC, days=[e.day for e in train], progress=progress)
+    positive = [r.delivery for r in results if r.delivery > 0]
+    if not positive:
+        raise MarketError(f"{market.root}: the train days deliver nothing even in hindsight")
+    return float(np.median(positive))
+
+
+@dataclass
+class DaySet:
+    """One split of a market under one setting."""
+
+    market: Market
+    split: str
+    setting: Setting
+    entries: list[DayEntry]
+    logs: list[DayLog]
+    oracle_delivery: np.ndarray
+    roi_target: np.ndarray
+    budget: np.ndarray
+    reference: float
+    _indexes: dict[int, list[DayIndex]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(
+        cls,
+        market: Market,
+        split: str,
+        setting: Setting | str,
+        progress: Callable[[str], None] | None = None,
+    ) -> DaySet:
+        """Load every day of ``split``; solve (or read cached) oracles. ``progress(stage)`` per unit of work."""
+        setting = Setting(setting)
+        entries = market.split(split)
+        if not entries:
+            raise MarketError(f"{market.root}: split {split!r} has no days")
+        tick = (lambda _r: progress("oracle")) if progress else None
+        oracle = market_oracle(market, setting, days=[e.day for e in entries], progress=tick)
+        reference = reference_delivery(market, progress=tick)
+        logs = []
+        for entry in entries:
+            logs.append(market.load(entry.day))
+            if progress:
+                progress("load")
+        constraints = np.array([setting_constraints(e, setting) for e in entries])
+        return cls(
+            market=market,
+            split=split,
+            setting=setting,
+            entries=entries,
+            logs=logs,
+            oracle_delivery=np.array([r.delivery for r in oracle]),
+            roi_target=constraints[:, 0],
+            budget=constraints[:, 1],
+            reference=reference,
+        )
+
+    @property
+    def days(self) -> list[int]:
+        return [e.day for e in self.entries]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def indexes(self, buckets: int = 1) -> list[DayIndex]:
+        """Replay indexes of every day, built on first use per traffic-bucket count."""
+        if buckets not in self._indexes:
+            self._indexes[buckets] = [DayIndex(log, buckets=buckets) for log in self.logs]
+        return self._indexes[buckets]
+
+    def registration(self, repeats: int = 1) -> Registration:
+        """Every day's registration, the whole list repeated ``repeats`` times (episode ``k`` plays day ``k % len``)."""
+        return Registration(
+            roi_target=np.tile(self.roi_target, repeats),
+            budget=np.tile(self.budget, repeats),
+            reference_delivery=np.full(len(self) * repeats, self.reference),
+        )
+
+    def episode_days(self, repeats: int = 1) -> np.ndarray:
+        return np.tile(np.arange(len(self)), repeats)

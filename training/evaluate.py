@@ -1,0 +1,246 @@
+"""`rcb evaluate`: run methods over a split for several seeds; episodes, summary, tables and plots.
+
+A method is a baseline name (``rm``, ``pid``, ``cem``: tuned on the market's train days only, tuned
+parameters cached beside the data), or a reference row (``oracle-day``, ``oracle-slot``: hindsight,
+for scale only). Every bidder runs through :func:`training.bidders.base.play`, so every number comes
+from the same harness. Seeds ``0..N-1`` seed the bidders' own randomness (CEM's exploration);
+deterministic methods give the same episodes for every seed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from training.bidders import cem, pid, rm
+from training.bidders.base import Bidder, play
+from training.dayset import DaySet
+from training.evaluation_report import per_seed_metrics
+from training.market.dataset import Market, MarketError
+from training.metrics import is_feasible, normalized_delivery, roi
+from training.oracle import OracleKind, Setting, market_oracle
+
+BASELINES: dict[str, ModuleType] = {"rm": rm, "pid": pid, "cem": cem}
+"""Tunable baselines: each module has ``tune(train, seed, progress)`` and ``from_params(params)``."""
+REFERENCES: dict[str, OracleKind] = {"oracle-day": OracleKind.DAY, "oracle-slot": OracleKind.SLOT}
+"""Hindsight reference rows (not bidders: they see the whole day)."""
+TUNING_SEED = 0
+"""Baselines are tuned once, with this seed, whatever the evaluation seeds."""
+TUNING_VERSION = "1"
+"""Bump when a tuner changes, so cached tuned parameters are recomputed."""
+TUNING_CACHE = Path(".rcb-cache/tuning")
+
+Progress = Callable[[str], None]
+
+
+class EvaluationError(ValueError):
+    """A request `rcb evaluate` cannot serve (unknown method, empty split, ...)."""
+
+
+def known_methods() -> list[str]:
+    return [*BASELINES, *REFERENCES]
+
+
+def parse_methods(text: str) -> list[str]:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    if not methods:
+        raise EvaluationError("no methods given")
+    unknown = [m for m in methods if m not in BASELINES and m not in REFERENCES]
+    if unknown:
+        raise EvaluationError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known_methods())}")
+    if len(set(methods)) != len(methods):
+        raise EvaluationError(f"a method is listed twice in {text!r}")
+    return methods
+
+
+def _tuning_key(market: Market, method: str, setting: Setting) -> str:
+    train = market.split("train")
+    payload = json.dumps(
+        {
+            "method": method,
+            "setting": str(setting),
+            "version": TUNING_VERSION,
+            "seed": TUNING_SEED,
+            "days": [[e.day, market.fingerprint(e.day), e.mc.roi_target, e.mc.budget] for e in train],
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def tuned_baseline(
+    market: Market, method: str, setting: Setting, train: Callable[[], DaySet], progress: Progress | None = None
+) -> tuple[Bidder, dict[str, Any]]:
+    """The baseline tuned on the train days (from the cache when the train data are unchanged)."""
+    module = BASELINES[method]
+    key = _tuning_key(market, method, setting)
+    path = market.root / TUNING_CACHE / f"{method}-{setting}.json"
+    if path.exists():
+        try:
+            cached = json.loads(path.read_text())
+            if cached.get("key") == key:
+                return module.from_params(cached["params"]), cached
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable cache: tune again
+    bidder, score = module.tune(train(), seed=TUNING_SEED, progress=progress)
+    record = {"key": key, "method": method, "setting": str(setting), "train_score": score, "params": bidder.params()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # read-only market: tuned again next time
+    return bidder, record
+
+
+@dataclass
+class Evaluation:
+    episodes: pd.DataFrame
+    summary: dict[str, dict[str, Any]]
+    meta: dict[str, Any]
+
+
+def episode_rows(method: str, seed: int, days: DaySet, delivery: np.ndarray, cost: np.ndarray) -> pd.DataFrame:
+    feasible = is_feasible(delivery, cost, days.roi_target, days.budget)
+    return pd.DataFrame(
+        {
+            "method": method,
+            "seed": seed,
+            "day": days.days,
+            "delivery": delivery,
+            "cost": cost,
+            "roi": roi(delivery, cost),
+            "feasible": feasible,
+            "oracle_delivery": days.oracle_delivery,
+            "roi_target": days.roi_target,
+            "budget": days.budget,
+            "score": normalized_delivery(delivery, days.oracle_delivery) * feasible,
+        }
+    )
+
+
+def summarize(episodes: pd.DataFrame, methods: list[str]) -> dict[str, dict[str, Any]]:
+    """Per method: median and mean over seeds of each seed's ANS; CSR, ANDR, G-metric over seeds (SPEC 6).
+
+    Built on :func:`per_seed_metrics`, the same numbers the boxplots draw.
+    """
+    table = per_seed_metrics(episodes)
+
+    def over_seeds(values: pd.Series, how: str) -> float:
+        values = values.dropna()
+        return float(getattr(values, how)()) if len(values) else float("nan")
+
+    summary: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        rows = table[table["method"] == method]
+        summary[method] = {
+            "ans_median": over_seeds(rows["ans"], "median"),
+            "ans_mean": over_seeds(rows["ans"], "mean"),
+            "csr": over_seeds(rows["csr"], "mean"),
+            "csr_median": over_seeds(rows["csr"], "median"),
+            "andr": over_seeds(rows["andr"], "mean"),
+            "andr_median": over_seeds(rows["andr"], "median"),
+            "gmetric": over_seeds(rows["gmetric"], "mean"),
+            "n_episodes": int(rows["n_episodes"].sum()),
+            "n_seeds": len(rows),
+        }
+    return summary
+
+
+def evaluate(
+    market: Market,
+    setting: Setting | str,
+    split: str,
+    methods: list[str],
+    seeds: int,
+    progress: Progress | None = None,
+) -> Evaluation:
+    """Run every method over ``split`` for ``seeds`` seeds; return episodes, summary and metadata."""
+    setting = Setting(setting)
+    if split not in ("test", "ood", "train"):
+        raise EvaluationError(f"unknown split {split!r}; expected test or ood (or train)")
+    if seeds < 1:
+        raise EvaluationError("seeds must be >= 1")
+    if not market.split(split):
+        raise EvaluationError(f"{market.root}: split {split!r} has no days")
+    if any(m in BASELINES for m in methods) and not market.split("train"):
+        raise EvaluationError(f"{market.root}: baselines are tuned on the train split, which has no days")
+    days = DaySet.load(market, split, setting, progress=progress)
+    train_cache: list[DaySet] = []
+
+    def train() -> DaySet:
+        if not train_cache:
+            train_cache.append(days if split == "train" else DaySet.load(market, "train", setting, progress=progress))
+        return train_cache[0]
+
+    frames, tuned = [], {}
+    for method in methods:
+        if method in REFERENCES:
+            answers = market_oracle(market, setting, kind=REFERENCES[method], days=days.days)
+            delivery = np.array([a.delivery for a in answers])
+            cost = np.array([a.cost for a in answers])
+            for seed in range(seeds):
+                frames.append(episode_rows(method, seed, days, delivery, cost))
+                if progress:
+                    progress("episodes")
+            continue
+        bidder, record = tuned_baseline(market, method, setting, train, progress)
+        tuned[method] = {"train_score": record["train_score"], **record["params"]}
+        indexes = days.indexes(bidder.traffic_buckets)
+        for seed in range(seeds):
+            outcome = play(bidder, indexes, days.episode_days(), days.registration(), seed)
+            frames.append(episode_rows(method, seed, days, outcome.delivery, outcome.cost))
+            if progress:
+                progress("episodes")
+    episodes = pd.concat(frames, ignore_index=True)
+    meta = {
+        "market": str(market.root),
+        "split": split,
+        "setting": str(setting),
+        "seeds": seeds,
+        "methods": methods,
+        "tuned": tuned,
+        "reference_delivery": days.reference,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    return Evaluation(episodes=episodes, summary=summarize(episodes, methods), meta=meta)
+
+
+def write_outputs(evaluation: Evaluation, out: Path) -> dict[str, Path]:
+    """episodes.csv, summary.json (SPEC 6: ``{method: {...}}``), meta.json, summary.md and PNG plots in ``out``."""
+    from training.evaluation_report import write_report  # matplotlib only when writing
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"episodes": out / "episodes.csv", "summary": out / "summary.json", "meta": out / "meta.json"}
+    evaluation.episodes.to_csv(paths["episodes"], index=False)
+    paths["summary"].write_text(json.dumps(_jsonable(evaluation.summary), indent=1))
+    paths["meta"].write_text(json.dumps(_jsonable(evaluation.meta), indent=1))
+    paths.update(write_report(evaluation.episodes, evaluation.summary, evaluation.meta, out))
+    return paths
+
+
+def _jsonable(obj: Any) -> Any:
+    """NaN and inf are not JSON: write them as null."""
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float | np.floating) and not np.isfinite(obj):
+        return None
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+__all__ = ["Evaluation", "EvaluationError", "MarketError", "evaluate", "parse_methods", "write_outputs"]
