@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
 import shutil
 import tempfile
 import threading
@@ -19,18 +18,9 @@ import time
 from pathlib import Path
 
 import psutil
+from machine import describe_machine  # benchmarks/machine.py, beside this script
 
 from training.market.generator import config_with, generate_market
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class PeakTreeMemory:
@@ -85,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
 
     cores = os.cpu_count() or 1
-    print(f"machine: {cpu_model()}, {cores} cores; seed {args.seed}")
+    print(f"machine: {describe_machine()}; seed {args.seed}")
     n_days = args.days_id + args.days_ood
     elapsed, rows, peak, disk = run(args.days_id, args.days_ood, args.impressions, cores, args.seed)
     print(

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -35,6 +33,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machine import describe_machine  # benchmarks/machine.py, beside this script
 
 from model.contract import SLOTS_PER_DAY
 from training.market.constraints import draw_mc_constraints
@@ -140,16 +140,6 @@ def episodes(args: argparse.Namespace) -> list[tuple[str, DayIndex, dict[str, tu
     return out
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, help="A market directory (default: random days).")
@@ -167,7 +157,7 @@ def main() -> None:
     import highspy
     import pulp
 
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}")
+    print(f"machine: {describe_machine()}")
     highs_version = f"{highspy.HIGHS_VERSION_MAJOR}.{highspy.HIGHS_VERSION_MINOR}.{highspy.HIGHS_VERSION_PATCH}"
     print(f"HiGHS {highs_version}, PuLP {pulp.__version__} (CBC via PULP_CBC_CMD)")
     rows = []

@@ -16,8 +16,6 @@ Run: ``.venv/bin/python benchmarks/bench_simulator.py``
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -27,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from machine import describe_machine  # benchmarks/machine.py, beside this script
 
 from model.contract import SLOTS_PER_DAY
 from training.market.schema import DayLog
@@ -90,22 +90,6 @@ def median_seconds(run: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (
-        f"{model}; {os.cpu_count()} logical cores ({usable} usable); Python {platform.python_version()}, "
-        f"numpy {np.__version__}; {platform.system()} {platform.machine()}"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impressions", type=int, default=2_000_000)
@@ -115,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
 
-    print(f"machine: {machine()}")
+    print(f"machine: {describe_machine()}")
     log = random_day(args.impressions, args.seed)
     print(
         f"day: {log.n_impressions:,} impressions, 48 slots ({np.diff(log.slot_offsets).min():,} to "

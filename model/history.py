@@ -47,6 +47,11 @@ class Registration:
             reference_delivery=np.full(n, float(reference_delivery)),
         )
 
+    def take(self, episodes: np.ndarray | list[int]) -> Registration:
+        """The registrations of some episodes, in the order given."""
+        index = np.asarray(episodes, dtype=np.int64)
+        return Registration(self.roi_target[index], self.budget[index], self.reference_delivery[index])
+
 
 @dataclass
 class History:
