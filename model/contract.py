@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 SLOTS_PER_DAY: int = 48
 """T: a day (one episode) is cut into 48 slots of 30 minutes."""
 
@@ -10,3 +12,10 @@ RATIO_MIN: float = 0.0
 
 RATIO_MAX: float = 4.0
 """Highest bid ratio beta a policy may output."""
+
+
+class Setting(StrEnum):
+    """SPEC 1's problem settings: SC is ROI >= 1 with no budget; MC uses each episode's own L and B."""
+
+    SC = "sc"
+    MC = "mc"

@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from model.contract import SLOTS_PER_DAY
+from model.contract import SLOTS_PER_DAY, Setting
 from training.market.constraints import CURVE_GRID
 from training.market.dataset import DayEntry, Market, MarketError
 from training.simulator import BatchedReplay, DayIndex
@@ -95,13 +95,6 @@ _MAX_RESOLVES = 30
 
 CACHE_DIR = Path(".rcb-cache") / "oracle"
 """Where :func:`market_oracle` caches answers, relative to the market directory."""
-
-
-class Setting(StrEnum):
-    """SPEC 1: SC is ROI >= 1 with no budget; MC uses each day's manifest constraints."""
-
-    SC = "sc"
-    MC = "mc"
 
 
 class OracleKind(StrEnum):

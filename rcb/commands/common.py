@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from enum import StrEnum
 
 import orjson
 import typer
@@ -50,10 +49,3 @@ def progress(quiet: bool = False) -> Progress:
         disable=quiet,
         transient=False,
     )
-
-
-class SettingChoice(StrEnum):
-    """The problem settings of SPEC 1: SC (L = 1, no budget) and MC (each day's manifest L and B)."""
-
-    sc = "sc"
-    mc = "mc"

@@ -9,12 +9,13 @@ from typing import Annotated
 
 import typer
 
-from rcb.commands.common import SettingChoice, console, fail, print_json, progress, user_errors
+from model.contract import Setting
+from rcb.commands.common import console, fail, print_json, progress, user_errors
 
 
 def evaluate_command(
     data_dir: Annotated[Path, typer.Argument(help="Market directory.")],
-    setting: Annotated[SettingChoice, typer.Option("--setting", help="sc (L=1, no budget) or mc (per-day L, B).")],
+    setting: Annotated[Setting, typer.Option("--setting", help="sc (L=1, no budget) or mc (per-day L, B).")],
     split: Annotated[str, typer.Option("--split", help="test or ood.")] = "test",
     methods: Annotated[
         str, typer.Option("--methods", help="Comma-separated: rm, pid, cem, oracle-day, oracle-slot.")

@@ -13,12 +13,9 @@ from typing import Annotated
 
 import typer
 
-from rcb.commands.common import SettingChoice, console, fail, print_json, progress, user_errors
-
-
-class KindChoice(StrEnum):
-    slot = "slot"
-    day = "day"
+from model.contract import Setting
+from rcb.commands.common import console, fail, print_json, progress, user_errors
+from training.oracle import OracleKind
 
 
 class SplitChoice(StrEnum):
@@ -30,12 +27,12 @@ class SplitChoice(StrEnum):
 def oracle_command(
     data_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Market directory (manifest + day files).")],
     setting: Annotated[
-        SettingChoice, typer.Option("--setting", help="sc: ROI >= 1, no budget; mc: each day's manifest constraints.")
+        Setting, typer.Option("--setting", help="sc: ROI >= 1, no budget; mc: each day's manifest constraints.")
     ],
     kind: Annotated[
-        KindChoice,
+        OracleKind,
         typer.Option("--kind", help="slot: one ratio per slot (the paper's D*, a MILP); day: one ratio all day."),
-    ] = KindChoice.slot,
+    ] = OracleKind.SLOT,
     split: Annotated[SplitChoice | None, typer.Option("--split", help="Only the days of this split.")] = None,
     json: Annotated[bool, typer.Option("--json", help="One JSON object per day on stdout.")] = False,
 ) -> None:

@@ -15,7 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
-from rcb.commands.common import SettingChoice, print_json, user_errors
+from model.contract import Setting
+from rcb.commands.common import print_json, user_errors
 
 SC_ROI_TARGET = 1.0
 """The SC setting's ROI target (SPEC 1); it has no budget."""
@@ -41,7 +42,7 @@ def parse_ratios(text: str, slots: int) -> list[float]:
     return ratios * slots if len(ratios) == 1 else ratios
 
 
-def simulate_day(data_dir: Path, day: int, setting: SettingChoice, ratios: list[float]) -> dict[str, Any]:
+def simulate_day(data_dir: Path, day: int, setting: Setting, ratios: list[float]) -> dict[str, Any]:
     """Replay ``day`` of the market at ``data_dir`` with per-slot ``ratios``; the SPEC 6 result as a dict."""
     import numpy as np
 
@@ -51,7 +52,7 @@ def simulate_day(data_dir: Path, day: int, setting: SettingChoice, ratios: list[
 
     market = Market.open(data_dir)
     entry = market.entry(day)
-    if setting is SettingChoice.mc:
+    if setting is Setting.MC:
         roi_target, budget = entry.mc.roi_target, entry.mc.budget
     else:
         roi_target, budget = SC_ROI_TARGET, math.inf
@@ -124,7 +125,7 @@ def simulate_command(
     data_dir: Annotated[Path, typer.Argument(help="Market directory (manifest.json plus one file per day).")],
     day: Annotated[int, typer.Option("--day", help="The day (episode id) to replay.")],
     setting: Annotated[
-        SettingChoice, typer.Option("--setting", help="sc: L = 1, no budget; mc: the day's manifest L and B.")
+        Setting, typer.Option("--setting", help="sc: L = 1, no budget; mc: the day's manifest L and B.")
     ],
     ratios: Annotated[
         str, typer.Option("--ratios", help="48 comma-separated bid ratios r0,...,r47 (or one ratio for every slot).")

@@ -80,7 +80,7 @@ from model.contract import SLOTS_PER_DAY
 from training.market.constraints import draw_mc_constraints
 from training.market.dataset import MANIFEST, SPLITS, DayEntry, Market, MarketError, MCConstraints, file_sha256
 from training.market.logs import READABLE_SUFFIXES, read_frame, write_day
-from training.market.schema import SchemaError, ValidationReport, split_days, validate_frame
+from training.market.schema import SchemaError, ValidationReport, reject_rows, split_days, validate_frame
 from training.simulator import DayIndex
 
 SUPPORTED_FORMATS: tuple[str, ...] = ("cbrl-syn", "auctionnet")
@@ -194,15 +194,6 @@ def _numeric(frame: pd.DataFrame, column: str) -> np.ndarray:
     return pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def _reject(keep: np.ndarray, bad: np.ndarray, reason: str, report: ValidationReport) -> None:
-    """Count rows newly found bad under ``reason``; a row is counted once, under its first reason."""
-    newly = bad & keep
-    count = int(newly.sum())
-    if count:
-        report.reasons[reason] += count
-        keep &= ~newly
-
-
 def _not_integer_in(values: np.ndarray, low: int, high: int) -> np.ndarray:
     """Rows whose value is NaN, fractional or outside ``low..high``."""
     with np.errstate(invalid="ignore"):
@@ -262,8 +253,8 @@ def _convert_cbrl(src: Path, progress: ProgressCallback | None) -> _Converted:
         keep = np.ones(len(raw), dtype=bool)
         # An hour of 24 or a minute of 75 still maps to an in-range slot, so check them before mapping.
         hour, minute = _numeric(raw, "hr"), _numeric(raw, "min")
-        _reject(keep, _not_integer_in(hour, 0, 23), "hr not an integer in 0..23", report)
-        _reject(keep, _not_integer_in(minute, 0, 59), "min not an integer in 0..59", report)
+        reject_rows(keep, _not_integer_in(hour, 0, 23), "hr not an integer in 0..23", report)
+        reject_rows(keep, _not_integer_in(minute, 0, 59), "min not an integer in 0..59", report)
         revenue = _numeric(raw, "rev")
         missing_rev = np.isnan(revenue) & raw["rev"].isna().to_numpy()
         if missing_rev.any():
@@ -402,12 +393,12 @@ def _convert_auctionnet(
     step = _numeric(raw, "timeStepIndex")
     cpa = _numeric(raw, "CPAConstraint")
     budget = _numeric(raw, "budget")
-    _reject(keep, ~np.isfinite(period) | (period != np.round(period)), "deliveryPeriodIndex not an integer", report)
+    reject_rows(keep, ~np.isfinite(period) | (period != np.round(period)), "deliveryPeriodIndex not an integer", report)
     last_step = SLOTS_PER_DAY - 1
-    _reject(keep, _not_integer_in(step, 0, last_step), f"timeStepIndex not an integer in 0..{last_step}", report)
+    reject_rows(keep, _not_integer_in(step, 0, last_step), f"timeStepIndex not an integer in 0..{last_step}", report)
     with np.errstate(invalid="ignore"):
-        _reject(keep, ~(np.isfinite(cpa) & (cpa > 0)), "CPAConstraint missing or <= 0", report)
-        _reject(keep, ~(np.isfinite(budget) & (budget > 0)), "budget missing or <= 0", report)
+        reject_rows(keep, ~(np.isfinite(cpa) & (cpa > 0)), "CPAConstraint missing or <= 0", report)
+        reject_rows(keep, ~(np.isfinite(budget) & (budget > 0)), "budget missing or <= 0", report)
     # V defaults to the period's CPA: then L = V / CPA = 1 and the ratios that win sit inside [0, 4]
     # (with V = 1, pValue ~ 0.01 against prices ~ 0.3 would need ratios of ~20).
     value = cpa if value_per_conversion is None else value_per_conversion

@@ -103,7 +103,7 @@ class DayLog:
         )
 
 
-def _reject(keep: np.ndarray, bad: np.ndarray, reason: str, report: ValidationReport) -> None:
+def reject_rows(keep: np.ndarray, bad: np.ndarray, reason: str, report: ValidationReport) -> None:
     """Count rows newly found bad under ``reason`` (each row is counted once, by its first reason)."""
     newly = bad & keep
     n = int(newly.sum())
@@ -138,17 +138,17 @@ def validate_frame(frame: pd.DataFrame, source: str = "log") -> tuple[pd.DataFra
     for col in ("day", "slot", "utility", "market_price", "delivery", *[c for c in OPTIONAL_COLUMNS if c in frame]):
         values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         numeric[col] = values
-        _reject(keep, ~np.isfinite(values), f"{col} missing or not a finite number", report)
+        reject_rows(keep, ~np.isfinite(values), f"{col} missing or not a finite number", report)
 
-    _reject(keep, numeric["day"] != np.round(numeric["day"]), "day not an integer", report)
+    reject_rows(keep, numeric["day"] != np.round(numeric["day"]), "day not an integer", report)
     slot = numeric["slot"]
-    _reject(keep, slot != np.round(slot), "slot not an integer", report)
-    _reject(keep, (slot < 0) | (slot >= SLOTS_PER_DAY), f"slot outside 0..{SLOTS_PER_DAY - 1}", report)
-    _reject(keep, numeric["utility"] <= 0, "utility <= 0", report)
-    _reject(keep, numeric["market_price"] < 0, "market_price < 0", report)
-    _reject(keep, numeric["delivery"] < 0, "delivery < 0", report)
+    reject_rows(keep, slot != np.round(slot), "slot not an integer", report)
+    reject_rows(keep, (slot < 0) | (slot >= SLOTS_PER_DAY), f"slot outside 0..{SLOTS_PER_DAY - 1}", report)
+    reject_rows(keep, numeric["utility"] <= 0, "utility <= 0", report)
+    reject_rows(keep, numeric["market_price"] < 0, "market_price < 0", report)
+    reject_rows(keep, numeric["delivery"] < 0, "delivery < 0", report)
     if "cost" in numeric:
-        _reject(keep, numeric["cost"] < 0, "cost < 0", report)
+        reject_rows(keep, numeric["cost"] < 0, "cost < 0", report)
 
     # With timestamps, arrival order is timestamp order (stable: equal stamps keep file order).
     order = np.argsort(arrival[keep], kind="stable") if arrival is not None else slice(None)
@@ -179,7 +179,7 @@ def _slot_from_timestamp(stamp: pd.Series, keep: np.ndarray, report: ValidationR
             dtype=np.float64, na_value=np.nan
         )
         arrival = np.where(parsed.isna(), np.nan, parsed.astype("int64").to_numpy(dtype=np.float64))
-    _reject(keep, ~np.isfinite(seconds), "timestamp missing or unparseable", report)
+    reject_rows(keep, ~np.isfinite(seconds), "timestamp missing or unparseable", report)
     slot = np.floor(np.mod(np.nan_to_num(seconds), 24 * 3600) / SLOT_SECONDS)
     return np.where(np.isfinite(seconds), slot, np.nan), arrival
 
