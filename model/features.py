@@ -1,0 +1,105 @@
+"""The observation features of the slot-wise policy (paper appendix, "Policy design"), computable online.
+
+One function, :func:`observe`, used by the simulator-driven training, by offline evaluation and by
+the live service. Every feature uses only what a live bidder knows (SPEC 5): the registration
+(L, B, reference delivery), its own past ratios and the slot stats it was told. The paper normalizes
+delivery by the *same day's* hindsight oracle ``D*_T``; that leaks the answer, so we normalize by the
+registration's ``reference_delivery`` (a typical daily delivery from earlier days) instead.
+
+Features (all clipped to the range listed in :data:`FEATURES`, so training and serving agree):
+
+===================  ==========================================================================
+``time``             ``t / T``: the share of the day already over
+``prev_ratio``       ``beta_{t-1} / 4``: the ratio bid in the last slot (0 at the start)
+``roi_gap``          ``(ROI_{t-1} - L) / L`` on the cumulative stats (0 before any spend)
+``budget_spent``     ``C_{t-1} / B`` (0 without a budget)
+``slot_roi_gap``     ``(D_{t-2:t-1} / C_{t-2:t-1} - L) / L`` of the last slot (0 if it spent nothing)
+``slot_delivery``    ``T * D_{t-2:t-1} / reference``: the last slot's delivery at a daily scale
+``surplus``          ``(D_{t-1} - L * C_{t-1}) / reference``: how much ROI slack is banked
+``slot_win_rate``    ``wins / impressions`` of the last slot (0 if it saw no traffic)
+``slot_price``       ``log`` of the last slot's cost per win over the day's cost per win so far: the
+                     intraday price drift, scale-free (0 if nothing was won)
+``has_budget``       1 when the episode has a budget
+===================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from model.contract import RATIO_MAX, SLOTS_PER_DAY
+from model.history import History
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    low: float
+    high: float
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("time", 0.0, 1.0),
+    Feature("prev_ratio", 0.0, 1.0),
+    Feature("roi_gap", -1.0, 3.0),
+    Feature("budget_spent", 0.0, 1.0),
+    Feature("slot_roi_gap", -1.0, 3.0),
+    Feature("slot_delivery", 0.0, 10.0),
+    Feature("surplus", -2.0, 2.0),
+    Feature("slot_win_rate", 0.0, 1.0),
+    Feature("slot_price", -3.0, 3.0),
+    Feature("has_budget", 0.0, 1.0),
+)
+"""Names, order and clip ranges: part of the model artifact contract (SPEC 5)."""
+
+FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in FEATURES)
+N_FEATURES = len(FEATURES)
+_LOW = np.array([f.low for f in FEATURES])
+_HIGH = np.array([f.high for f in FEATURES])
+
+
+def _ratio_or(numerator: np.ndarray, denominator: np.ndarray, default: float) -> np.ndarray:
+    return np.divide(numerator, denominator, out=np.full(numerator.shape, default), where=denominator > 0)
+
+
+def observe(history: History, slot: int | None = None) -> np.ndarray:
+    """Features of every episode before it bids slot ``slot`` (default: the next slot), shape ``(n, F)``.
+
+    Only ``history[:, :slot]`` is read, so the features of slot ``t`` can be rebuilt later from the
+    same history (the posterior encoder needs ``o_t`` for every past ``t``).
+    """
+    t = history.slot if slot is None else slot
+    if not 0 <= t <= history.slot:
+        raise ValueError(f"slot {t} is not observed yet (history has {history.slot} slots)")
+    reg = history.registration
+    n = history.n
+    roi_target, reference = reg.roi_target, reg.reference_delivery
+    delivery = history.delivery[:, :t].sum(axis=1)
+    cost = history.cost[:, :t].sum(axis=1)
+    has_budget = np.isfinite(reg.budget)
+    if t > 0:
+        last_ratio = history.ratios[:, t - 1]
+        d, c = history.delivery[:, t - 1], history.cost[:, t - 1]
+        wins, impressions = history.wins[:, t - 1], history.impressions[:, t - 1]
+    else:
+        last_ratio = d = c = wins = impressions = np.zeros(n)
+    per_win = _ratio_or(c, wins, 0.0)
+    day_per_win = _ratio_or(cost, history.wins[:, :t].sum(axis=1), 0.0)
+    features = np.stack(
+        [
+            np.full(n, t / SLOTS_PER_DAY),
+            last_ratio / RATIO_MAX,
+            np.where(cost > 0, (_ratio_or(delivery, cost, 0.0) - roi_target) / roi_target, 0.0),
+            np.where(has_budget, cost / np.where(has_budget, reg.budget, 1.0), 0.0),
+            np.where(c > 0, (_ratio_or(d, c, 0.0) - roi_target) / roi_target, 0.0),
+            SLOTS_PER_DAY * d / reference,
+            (delivery - roi_target * cost) / reference,
+            _ratio_or(wins, impressions, 0.0),
+            np.where(per_win > 0, np.log(np.maximum(per_win, 1e-300) / np.maximum(day_per_win, 1e-300)), 0.0),
+            has_budget.astype(np.float64),
+        ],
+        axis=1,
+    )
+    return np.clip(features, _LOW, _HIGH)

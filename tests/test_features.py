@@ -1,0 +1,112 @@
+"""model.features and model.sampling: online-computable features, counter-based posterior noise."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import random_day_log
+
+from model.contract import SLOTS_PER_DAY
+from model.features import FEATURE_NAMES, FEATURES, N_FEATURES, observe
+from model.history import History, Registration
+from model.sampling import noise, noise_batch, sample_posterior
+from training.bidders.base import play
+from training.bidders.rm import ConstantRatio
+from training.simulator import DayIndex
+
+
+def _history_by_hand() -> History:
+    history = History(Registration.of(roi_target=2.0, budget=100.0, reference_delivery=480.0))
+    history.record(np.array([1.0]), np.array([6.0]), np.array([4.0]), np.array([2]), np.array([10]))
+    history.record(np.array([2.0]), np.array([2.0]), np.array([4.0]), np.array([1]), np.array([20]))
+    return history
+
+
+def test_features_by_hand():
+    history = _history_by_hand()
+    f = dict(zip(FEATURE_NAMES, observe(history)[0], strict=True))
+    # After 2 slots: D = 8, C = 8, ROI 1 vs L 2; last slot D 2, C 4, 1 win of 20, 4 per win vs 8/3 per win so far.
+    assert f["time"] == pytest.approx(2 / 48)
+    assert f["prev_ratio"] == pytest.approx(0.5)
+    assert f["roi_gap"] == pytest.approx((1.0 - 2.0) / 2.0)
+    assert f["budget_spent"] == pytest.approx(0.08)
+    assert f["slot_roi_gap"] == pytest.approx((0.5 - 2.0) / 2.0)
+    assert f["slot_delivery"] == pytest.approx(48 * 2 / 480)
+    assert f["surplus"] == pytest.approx((8 - 2 * 8) / 480)
+    assert f["slot_win_rate"] == pytest.approx(1 / 20)
+    assert f["slot_price"] == pytest.approx(np.log(4.0 / (8.0 / 3.0)))
+    assert f["has_budget"] == 1.0
+
+
+def test_first_slot_features_are_neutral_and_everything_is_clipped():
+    history = History(Registration.of(roi_target=1.0, budget=None, reference_delivery=10.0, n=3))
+    first = observe(history)
+    assert first.shape == (3, N_FEATURES)
+    assert np.all(first == 0.0)
+    history.record(np.full(3, 4.0), np.array([1e9, 0.0, 5.0]), np.array([1.0, 1e9, 0.0]), np.ones(3), np.ones(3))
+    values = observe(history)
+    low = np.array([f.low for f in FEATURES])
+    high = np.array([f.high for f in FEATURES])
+    assert np.all((values >= low) & (values <= high)) and np.all(np.isfinite(values))
+
+
+def test_features_never_read_the_future():
+    """Features for slot t from the full history equal those from a history cut at t."""
+    log = random_day_log(np.random.default_rng(5), n=4000)
+    registration = Registration.of(roi_target=1.1, budget=500.0, reference_delivery=300.0, n=2)
+    outcome = play(ConstantRatio(np.array([1.3, 2.5])), [DayIndex(log)], np.zeros(2, np.int64), registration, 0)
+    full = outcome.history
+    for t in (0, 1, 17, SLOTS_PER_DAY):
+        cut = History(registration)
+        for s in range(t):
+            cut.record(full.ratios[:, s], full.delivery[:, s], full.cost[:, s], full.wins[:, s], full.impressions[:, s])
+        np.testing.assert_array_equal(observe(full, slot=t), observe(cut))
+    with pytest.raises(ValueError, match="not observed"):
+        observe(cut, slot=SLOTS_PER_DAY + 1)
+
+
+def test_features_match_a_replay_of_reported_stats():
+    """The simulator's history and one rebuilt from JSON slot reports (what an ad engine sends) agree exactly."""
+    log = random_day_log(np.random.default_rng(6), n=4000)
+    registration = Registration.of(roi_target=1.0, budget=None, reference_delivery=250.0)
+    simulated = play(ConstantRatio(1.7), [DayIndex(log)], np.zeros(1, np.int64), registration, 0).history
+    reports = [
+        json.dumps({"slot": t, "delivery": simulated.delivery[0, t], "cost": simulated.cost[0, t],
+                    "wins": int(simulated.wins[0, t]), "impressions": int(simulated.impressions[0, t])})
+        for t in range(SLOTS_PER_DAY)
+    ]  # fmt: skip
+    rebuilt = History(registration)
+    for t, raw in enumerate(reports):
+        r = json.loads(raw)
+        rebuilt.record(np.array([1.7]), np.array([r["delivery"]]), np.array([r["cost"]]), np.array([r["wins"]]),
+                       np.array([r["impressions"]]))  # fmt: skip
+        np.testing.assert_array_equal(observe(rebuilt), observe(simulated, slot=t + 1))
+
+
+def test_posterior_noise_is_reproducible_and_keyed():
+    a = noise(7, "campaign-1", "2026-11-25", 3, 16)
+    np.testing.assert_array_equal(a, noise(7, "campaign-1", "2026-11-25", 3, 16))
+    others = [
+        noise(8, "campaign-1", "2026-11-25", 3, 16),
+        noise(7, "campaign-2", "2026-11-25", 3, 16),
+        noise(7, "campaign-1", "2026-11-26", 3, 16),
+        noise(7, "campaign-1", "2026-11-25", 4, 16),
+    ]
+    for other in others:
+        assert not np.allclose(a, other)
+    # The first draws of a longer vector are the same draws (a slot's stream does not depend on dim).
+    np.testing.assert_array_equal(noise(7, "campaign-1", "2026-11-25", 3, 4), a[:4])
+    batch = noise_batch(7, ["campaign-1", "campaign-2"], ["2026-11-25"] * 2, [3, 5], 16)
+    np.testing.assert_array_equal(batch[0], a)
+    np.testing.assert_array_equal(batch[1], noise(7, "campaign-2", "2026-11-25", 5, 16))
+
+
+def test_posterior_noise_is_standard_normal_across_slots():
+    draws = np.concatenate([noise(0, "c", "e", slot, 8) for slot in range(2000)])
+    assert abs(draws.mean()) < 0.05 and abs(draws.std() - 1.0) < 0.05
+    consecutive = np.corrcoef(draws[:-8], draws[8:])[0, 1]  # slot s vs slot s+1, same position
+    assert abs(consecutive) < 0.05
+    z = sample_posterior(np.array([1.0, -1.0]), np.array([0.5, 2.0]), np.array([2.0, 0.5]))
+    np.testing.assert_allclose(z, [2.0, 0.0])
