@@ -56,11 +56,22 @@ class DayIndex:
             self.bucket = np.zeros(n, dtype=np.int64)
         else:
             self.bucket = np.random.default_rng([abs(log.day), 0x5EED, buckets]).integers(0, buckets, n)
-        segment = log.slot * buckets + self.bucket
         critical = log.market_price / log.utility
-        self.order = np.lexsort((critical, segment))  # by segment, then critical ratio; stable
+        # Rows are already in slot order, so with one bucket the segments are contiguous; otherwise a
+        # stable integer sort groups each slot's rows by bucket, keeping arrival order.
+        if buckets == 1:
+            grouped = np.arange(n)
+            counts = np.diff(log.slot_offsets)
+        else:
+            segment = log.slot * buckets + self.bucket
+            grouped = np.argsort(segment, kind="stable")
+            counts = np.bincount(segment, minlength=n_segments)
+        self.segment_offsets = np.concatenate([[0], np.cumsum(counts)])
+        self.order = np.empty(n, dtype=np.int64)
+        for lo, hi in zip(self.segment_offsets[:-1].tolist(), self.segment_offsets[1:].tolist(), strict=True):
+            rows = grouped[lo:hi]
+            self.order[lo:hi] = rows[np.argsort(critical[rows], kind="stable")]  # by critical ratio, stable
         self.critical = critical[self.order]
-        self.segment_offsets = np.concatenate([[0], np.cumsum(np.bincount(segment, minlength=n_segments))])
         # Prefix sums per segment: prefix[lo + s + k] is the sum of the first k sorted items of segment s
         # (each segment gets one leading zero, hence the ``+ s`` shift). Per-segment cumsums keep small
         # segments as accurate as large ones.
