@@ -1,0 +1,134 @@
+"""Reward functions of CBRL and its rivals (paper Sec. 3.2.2-3.2.3 and appendix), vectorized over episodes.
+
+Inputs are per-slot stats of ``n`` episodes, shape ``(n, T)``: ``delivery[:, t]`` and ``cost[:, t]``
+won in slot ``t``; per-episode ``roi_target`` L, ``budget`` B (``inf`` for none) and ``oracle``
+delivery ``D*`` of the day being trained on. Rewards may use the training day's hindsight ``D*``
+(as the paper does, to put days on one scale); observation features never do (SPEC 5).
+
+Scale (appendix, "Policy Learning"): delivery is normalized by ``D*`` and constraint violations by
+their limits, so both terms are O(1).
+
+* :func:`indicator_reward`, Eq. (5), the **Hard** (Ind-Sp) reward: at ``t = T`` only,
+  ``D_T / D*`` if the episode is feasible, else minus its normalized violation
+  ``(L - ROI_T)_+ / L + (C_T - B)_+ / B``. Feasible rewards are ``>= 0`` and infeasible ones ``< 0``:
+  every feasible episode outranks every infeasible one, with no trade-off parameter.
+* :func:`curriculum_reward`, Eq. (7), the dense reward of curriculum ``P_k``: at every slot the slot's
+  delivery if the cumulative constraints of ``P_k`` hold, else minus their violations, with the
+  limits of Eq. (appendix "Curriculum Design")::
+
+      L_t^k = (1 - b_k (1 - t/T)^g) L,    B_t^k = h_k (1 - t/T)^g B
+
+  which tighten early slots (reserve budget, demand ROI) and reach the original ``L`` and ``0`` at ``T``.
+* :func:`uscb_reward`: USCB's soft combination, ``min(D/D*, 1) - (gamma^{(L C / D - 1)_+} - 1)`` at ``T``.
+* :func:`lagrangian_reward`: RCPO's ``D/D* - lambda * violation`` at ``T``; lambda follows dual ascent
+  (:class:`DualAscent`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from model.contract import SLOTS_PER_DAY
+
+
+def _roi(delivery: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """ROI with nothing spent counted as +inf (an episode that spent nothing violated nothing)."""
+    with np.errstate(over="ignore"):  # a denormal cost gives +inf, which is the right answer
+        return np.divide(delivery, cost, out=np.full(np.shape(delivery), np.inf), where=cost > 0)
+
+
+def violation(delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """Normalized constraint violation ``(L - ROI)_+ / L + (C - B)_+ / B`` (0 iff feasible)."""
+    roi = _roi(delivery, cost)
+    roi_part = np.maximum(roi_target - roi, 0.0) / roi_target
+    budget_part = np.where(np.isfinite(budget), np.maximum(cost - budget, 0.0) / budget, 0.0)
+    return roi_part + budget_part
+
+
+def _normalized(delivery: np.ndarray, oracle: np.ndarray) -> np.ndarray:
+    return np.divide(delivery, oracle, out=np.where(delivery > 0, 1.0, 0.0).astype(float), where=oracle > 0)
+
+
+def _terminal(n: int, values: np.ndarray) -> np.ndarray:
+    rewards = np.zeros((n, SLOTS_PER_DAY))
+    rewards[:, -1] = values
+    return rewards
+
+
+def indicator_reward(
+    delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, budget: np.ndarray, oracle: np.ndarray
+) -> np.ndarray:
+    """Eq. (5): sparse, ``(n, T)``; nonzero only at the last slot."""
+    total_d, total_c = delivery.sum(axis=1), cost.sum(axis=1)
+    broken = violation(total_d, total_c, roi_target, budget)
+    return _terminal(len(total_d), np.where(broken > 0, -broken, _normalized(total_d, oracle)))
+
+
+def curriculum_limits(b: float, h: float, g: float, roi_target: np.ndarray, budget: np.ndarray):
+    """``(L_t^k, B_t^k)`` for t = 1..T, each ``(n, T)``: the cumulative constraints after slot t."""
+    remaining = (1.0 - np.arange(1, SLOTS_PER_DAY + 1) / SLOTS_PER_DAY) ** g
+    roi_limit = (1.0 - b * remaining)[None, :] * roi_target[:, None]
+    reserve = h * remaining[None, :] * np.where(np.isfinite(budget), budget, 0.0)[:, None]
+    return roi_limit, reserve
+
+
+def curriculum_reward(
+    delivery: np.ndarray,
+    cost: np.ndarray,
+    roi_target: np.ndarray,
+    budget: np.ndarray,
+    oracle: np.ndarray,
+    b: float,
+    h: float = 0.95,
+    g: float = 3.0,
+) -> np.ndarray:
+    """Eq. (7): dense, ``(n, T)``. Slot ``t`` earns its delivery ``/ D*`` while ``ROI_t >= L_t^k`` and
+    ``B - C_t >= B_t^k``; otherwise it pays ``(L_t^k - ROI_t) / L + (B_t^k + C_t - B) / B`` for what is broken."""
+    cum_d, cum_c = np.cumsum(delivery, axis=1), np.cumsum(cost, axis=1)
+    roi_limit, reserve = curriculum_limits(b, h, g, roi_target, budget)
+    roi_gap = np.maximum(roi_limit - _roi(cum_d, cum_c), 0.0) / roi_target[:, None]
+    finite = np.isfinite(budget)[:, None]
+    budget_gap = np.where(finite, np.maximum(reserve + cum_c - np.where(finite, budget[:, None], 0.0), 0.0), 0.0)
+    budget_gap = budget_gap / np.where(finite, budget[:, None], 1.0)
+    broken = roi_gap + budget_gap
+    credit = np.divide(delivery, oracle[:, None], out=np.zeros_like(delivery), where=oracle[:, None] > 0)
+    return np.where(broken > 0, -broken, credit)
+
+
+def uscb_reward(
+    delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, oracle: np.ndarray, gamma: float
+) -> np.ndarray:
+    """USCB's soft combination at ``T``: ``min(D/D*, 1) - (gamma^{(L C / D - 1)_+} - 1)``, violation capped at 10."""
+    total_d, total_c = delivery.sum(axis=1), cost.sum(axis=1)
+    relative = np.divide(roi_target * total_c, total_d, out=np.where(total_c > 0, np.inf, 1.0), where=total_d > 0)
+    excess = np.minimum(np.maximum(relative - 1.0, 0.0), 10.0)
+    return _terminal(len(total_d), np.minimum(_normalized(total_d, oracle), 1.0) - (gamma**excess - 1.0))
+
+
+def lagrangian_reward(
+    delivery: np.ndarray,
+    cost: np.ndarray,
+    roi_target: np.ndarray,
+    budget: np.ndarray,
+    oracle: np.ndarray,
+    multiplier: float,
+) -> np.ndarray:
+    """RCPO's penalized reward at ``T``: ``D/D* - lambda * violation``."""
+    total_d, total_c = delivery.sum(axis=1), cost.sum(axis=1)
+    penalty = multiplier * violation(total_d, total_c, roi_target, budget)
+    return _terminal(len(total_d), _normalized(total_d, oracle) - penalty)
+
+
+@dataclass
+class DualAscent:
+    """RCPO's Lagrange multiplier: ``lambda <- max(0, lambda + lr * (mean violation - tolerance))``."""
+
+    multiplier: float = 1.0
+    learning_rate: float = 0.05
+    tolerance: float = 0.0
+
+    def update(self, violations: np.ndarray) -> float:
+        self.multiplier = max(0.0, self.multiplier + self.learning_rate * (float(np.mean(violations)) - self.tolerance))
+        return self.multiplier
