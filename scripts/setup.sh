@@ -7,4 +7,6 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
+# torch first, pinned: this version resolves to the CPU wheel; a looser spec could pull a multi-GB CUDA build.
+.venv/bin/python -m pip install --quiet torch==2.13.0
 .venv/bin/python -m pip install --quiet -e '.[train,bench,dev]'

@@ -1,0 +1,295 @@
+"""SAC for slot-wise ratio control (paper Sec. 3.2, appendix "Policy Learning"), read top to bottom.
+
+The agent bids one ratio per slot from the observation features of :mod:`model.features`. Each epoch
+it plays every training day with its stochastic policy through the batched simulator, stores whole
+episodes, then takes gradient steps on transitions sampled from them. Rewards are computed at sample
+time from the stored slot stats under the curriculum stage in force (:mod:`training.curriculum`),
+so a stage change re-labels old experience instead of mixing reward functions. Model selection uses
+validation days held out of the train split (never test or OOD days).
+
+Variants on this one trainer: **Hard** (the sparse indicator reward from the first epoch) and **CRL**
+(the paper's three-stage curriculum). CBRL adds the posterior encoder on top (later).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from model.contract import SLOTS_PER_DAY
+from model.features import N_FEATURES, observe
+from model.history import History, Registration
+from training.agents.networks import TanhGaussianPolicy, TwinQ
+from training.bidders.base import Bidder, Outcome, play
+from training.bidders.tuning import episode_scores
+from training.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, Stage, stage_at
+from training.dayset import DaySet
+
+CURRICULA: dict[str, tuple[Stage, ...]] = {"hard": SPARSE_ONLY, "crl": PAPER_CURRICULUM}
+
+
+@dataclass
+class SACConfig:
+    """Hyperparameters of a SAC run (defaults: the paper's appendix where it says, CleanRL's elsewhere)."""
+
+    algo: str = "crl"
+    """Reward scheme: ``hard`` (sparse indicator, Eq. 5) or ``crl`` (three-stage curriculum, Eq. 7 then Eq. 5)."""
+    epochs: int = 30
+    """Training epochs; one epoch plays every training day ``episodes_per_day`` times."""
+    episodes_per_day: int = 4
+    """Stochastic episodes collected per training day and epoch."""
+    updates_per_epoch: int = 400
+    """Gradient steps per epoch."""
+    batch_size: int = 256
+    buffer_episodes: int = 4000
+    """Replay capacity in whole episodes (48 transitions each)."""
+    gamma: float = 0.99
+    tau: float = 0.005
+    """Polyak factor of the target critics."""
+    learning_rate: float = 3e-4
+    """Adam, all networks (appendix)."""
+    lr_milestones: tuple[int, ...] = (4000, 8000, 12000)
+    """Gradient steps at which every learning rate halves (appendix)."""
+    hidden: int = 128
+    initial_alpha: float = 1.0
+    """Starting entropy temperature (then tuned automatically toward entropy -1)."""
+    reward_scale: float = 1.0
+    """Multiplies every reward (D/D* and normalized violations are O(1) per episode)."""
+    validation_fraction: float = 0.2
+    """Share of the train days held out for model selection."""
+    seed: int = 0
+    curriculum: tuple[Stage, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        if self.algo not in CURRICULA:
+            raise ValueError(f"unknown algo {self.algo!r}; SAC supports {', '.join(CURRICULA)}")
+        if not self.curriculum:
+            self.curriculum = CURRICULA[self.algo]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["curriculum"] = [asdict(s) for s in self.curriculum]
+        return out
+
+
+class PolicyBidder(Bidder):
+    """A torch policy behind the :class:`Bidder` interface (stochastic for collection, mean for evaluation)."""
+
+    name: ClassVar[str] = "sac"
+
+    def __init__(self, policy: TanhGaussianPolicy, stochastic: bool):
+        self.policy = policy
+        self.stochastic = stochastic
+
+    def bid(self, history: History) -> np.ndarray:
+        with torch.no_grad():
+            obs = torch.as_tensor(observe(history), dtype=torch.float32)
+            ratio = self.policy.sample(obs)[0] if self.stochastic else self.policy.act(obs)
+        return ratio.numpy().astype(np.float64)
+
+
+class EpisodeBuffer:
+    """Whole episodes: features before every slot (and after the last), ratios, slot stats, constraints, D*."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.obs = np.zeros((capacity, SLOTS_PER_DAY + 1, N_FEATURES), dtype=np.float32)
+        self.ratios = np.zeros((capacity, SLOTS_PER_DAY), dtype=np.float32)
+        self.delivery = np.zeros((capacity, SLOTS_PER_DAY))
+        self.cost = np.zeros((capacity, SLOTS_PER_DAY))
+        self.roi_target = np.zeros(capacity)
+        self.budget = np.zeros(capacity)
+        self.oracle = np.zeros(capacity)
+        self.size = 0
+        self.cursor = 0
+
+    def add(self, history: History, oracle: np.ndarray) -> None:
+        obs = np.stack([observe(history, slot=t) for t in range(SLOTS_PER_DAY + 1)], axis=1)
+        for k in range(history.n):
+            i = self.cursor
+            self.obs[i] = obs[k]
+            self.ratios[i] = history.ratios[k]
+            self.delivery[i] = history.delivery[k]
+            self.cost[i] = history.cost[k]
+            self.roi_target[i] = history.registration.roi_target[k]
+            self.budget[i] = history.registration.budget[k]
+            self.oracle[i] = oracle[k]
+            self.cursor = (self.cursor + 1) % self.capacity
+            self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, rng: np.random.Generator, batch: int, stage: Stage) -> dict[str, torch.Tensor]:
+        """Transitions ``(o_t, a_t, r_t, o_{t+1}, done)`` with rewards under ``stage``."""
+        episode = rng.integers(0, self.size, batch)
+        slot = rng.integers(0, SLOTS_PER_DAY, batch)
+        rewards = stage.rewards(
+            self.delivery[episode],
+            self.cost[episode],
+            self.roi_target[episode],
+            self.budget[episode],
+            self.oracle[episode],
+        )[np.arange(batch), slot]
+        as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
+        return {
+            "obs": as_tensor(self.obs[episode, slot]),
+            "ratio": as_tensor(self.ratios[episode, slot]),
+            "reward": as_tensor(rewards),
+            "next_obs": as_tensor(self.obs[episode, slot + 1]),
+            "done": as_tensor(slot == SLOTS_PER_DAY - 1),
+        }
+
+
+@dataclass
+class EpochLog:
+    epoch: int
+    stage: str
+    updates: int
+    train_score: float
+    validation_score: float
+    critic_loss: float
+    actor_loss: float
+    alpha: float
+
+
+class SACAgent:
+    """Actor, twin critics with targets, learned temperature, their optimizers and schedules."""
+
+    def __init__(self, config: SACConfig):
+        self.config = config
+        torch.manual_seed(config.seed)
+        self.actor = TanhGaussianPolicy(N_FEATURES, config.hidden)
+        self.critic = TwinQ(N_FEATURES, config.hidden)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.full((1,), float(np.log(config.initial_alpha)), requires_grad=True)
+        self.target_entropy = -1.0  # -dim(action)
+        self.optimizers = [
+            torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate),
+            torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate),
+            torch.optim.Adam([self.log_alpha], lr=config.learning_rate),
+        ]
+        self.schedulers = [
+            torch.optim.lr_scheduler.MultiStepLR(o, milestones=list(config.lr_milestones), gamma=0.5)
+            for o in self.optimizers
+        ]
+        self.updates = 0
+
+    def update(self, batch: dict[str, torch.Tensor]) -> tuple[float, float]:
+        """One SAC step (Haarnoja et al.; CleanRL's ordering): critics, actor, temperature, targets."""
+        actor_opt, critic_opt, alpha_opt = self.optimizers
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            next_ratio, next_log_prob = self.actor.sample(batch["next_obs"])
+            target_q = torch.min(*self.critic_target(batch["next_obs"], next_ratio)) - alpha * next_log_prob
+            y = self.config.reward_scale * batch["reward"] + (1 - batch["done"]) * self.config.gamma * target_q
+        q1, q2 = self.critic(batch["obs"], batch["ratio"])
+        critic_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y)
+        critic_opt.zero_grad()
+        critic_loss.backward()
+        critic_opt.step()
+
+        ratio, log_prob = self.actor.sample(batch["obs"])
+        actor_loss = (alpha * log_prob - torch.min(*self.critic(batch["obs"], ratio))).mean()
+        actor_opt.zero_grad()
+        actor_loss.backward()
+        actor_opt.step()
+
+        alpha_loss = -(self.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
+        alpha_opt.zero_grad()
+        alpha_loss.backward()
+        alpha_opt.step()
+
+        with torch.no_grad():
+            for target, source in zip(self.critic_target.parameters(), self.critic.parameters(), strict=True):
+                target.lerp_(source, self.config.tau)
+        for scheduler in self.schedulers:
+            scheduler.step()
+        self.updates += 1
+        return float(critic_loss.detach()), float(actor_loss.detach())
+
+
+def split_validation(train: DaySet, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the training and validation days: every k-th train day is held out (at least one each)."""
+    n = len(train)
+    if n < 2 or fraction <= 0:
+        return np.arange(n), np.arange(n)
+    every = max(2, round(1 / fraction))
+    validation = np.arange(n)[::every]
+    return np.setdiff1d(np.arange(n), validation), validation
+
+
+def play_days(bidder: Bidder, days: DaySet, chosen: np.ndarray, repeats: int, seed: int) -> tuple[Outcome, np.ndarray]:
+    """Play ``days[chosen]``, each ``repeats`` times; the outcome and the per-episode D*."""
+    episodes = np.tile(chosen, repeats)
+    registration = days.registration().take(episodes)
+    outcome = play(bidder, days.indexes(), episodes, registration, seed)
+    return outcome, days.oracle_delivery[episodes]
+
+
+def score(outcome: Outcome, days: DaySet, chosen: np.ndarray) -> float:
+    """Mean ``D / D* * 1[feasible]`` over the episodes of ``chosen`` (played once each)."""
+    sub = DaySet(
+        market=days.market, split=days.split, setting=days.setting, entries=[days.entries[i] for i in chosen],
+        logs=[], oracle_delivery=days.oracle_delivery[chosen], roi_target=days.roi_target[chosen],
+        budget=days.budget[chosen], reference=days.reference,
+    )  # fmt: skip
+    return float(episode_scores(outcome.delivery, outcome.cost, sub).mean())
+
+
+def train(
+    config: SACConfig, days: DaySet, on_epoch: Callable[[EpochLog, SACAgent], None] | None = None
+) -> tuple[SACAgent, list[EpochLog]]:
+    """Train on ``days`` (a train split); ``on_epoch`` sees every epoch's log (checkpointing, progress)."""
+    rng = np.random.default_rng(config.seed)
+    agent = SACAgent(config)
+    buffer = EpisodeBuffer(config.buffer_episodes)
+    train_days, validation_days = split_validation(days, config.validation_fraction)
+    logs = []
+    for epoch in range(config.epochs):
+        stage = stage_at(epoch, config.curriculum)
+        collected, oracle = play_days(
+            PolicyBidder(agent.actor, stochastic=True), days, train_days, config.episodes_per_day,
+            seed=config.seed * 100_003 + epoch,
+        )  # fmt: skip
+        buffer.add(collected.history, oracle)
+        critic_losses, actor_losses = [], []
+        for _ in range(config.updates_per_epoch):
+            critic_loss, actor_loss = agent.update(buffer.sample(rng, config.batch_size, stage))
+            critic_losses.append(critic_loss)
+            actor_losses.append(actor_loss)
+        greedy = PolicyBidder(agent.actor, stochastic=False)
+        train_outcome, _ = play_days(greedy, days, train_days, 1, seed=0)
+        validation_outcome, _ = play_days(greedy, days, validation_days, 1, seed=0)
+        log = EpochLog(
+            epoch=epoch,
+            stage=stage.name,
+            updates=agent.updates,
+            train_score=score(train_outcome, days, train_days),
+            validation_score=score(validation_outcome, days, validation_days),
+            critic_loss=float(np.mean(critic_losses)),
+            actor_loss=float(np.mean(actor_losses)),
+            alpha=float(agent.log_alpha.detach().exp()),
+        )
+        logs.append(log)
+        if on_epoch:
+            on_epoch(log, agent)
+    return agent, logs
+
+
+def random_policy_score(days: DaySet, seed: int = 0) -> float:
+    """The score of bidding uniform random ratios in [0, 4] on every day: the floor any agent must beat."""
+
+    class RandomBidder(Bidder):
+        def start(self, registration: Registration, seed: int) -> None:
+            self.rng = np.random.default_rng(seed)
+
+        def bid(self, history: History) -> np.ndarray:
+            return self.rng.uniform(0.0, 4.0, history.n)
+
+    chosen = np.arange(len(days))
+    outcome, _ = play_days(RandomBidder(), days, chosen, 1, seed)
+    return score(outcome, days, chosen)
