@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from rcb.commands import evaluate, market, oracle, simulate
+from rcb.commands import evaluate, market, oracle, simulate, train
 
 app = typer.Typer(
     name="rcb",
@@ -20,6 +20,7 @@ app.add_typer(market.app, name="market")
 app.command("oracle")(oracle.oracle_command)
 app.command("simulate")(simulate.simulate_command)
 app.command("evaluate")(evaluate.evaluate_command)
+app.command("train")(train.train_command)
 
 
 if __name__ == "__main__":

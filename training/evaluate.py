@@ -51,13 +51,20 @@ def known_methods() -> list[str]:
     return [*BASELINES, *REFERENCES]
 
 
+def is_run_dir(method: str) -> bool:
+    """A training run directory (``rcb train --out RUN``) is a method too."""
+    return (Path(method) / "run.json").is_file()
+
+
 def parse_methods(text: str) -> list[str]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
     if not methods:
         raise EvaluationError("no methods given")
-    unknown = [m for m in methods if m not in BASELINES and m not in REFERENCES]
+    unknown = [m for m in methods if m not in BASELINES and m not in REFERENCES and not is_run_dir(m)]
     if unknown:
-        raise EvaluationError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known_methods())}")
+        raise EvaluationError(
+            f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known_methods())}, or a training run directory"
+        )
     if len(set(methods)) != len(methods):
         raise EvaluationError(f"a method is listed twice in {text!r}")
     return methods
@@ -195,8 +202,16 @@ def evaluate(
                 if progress:
                     progress("episodes")
             continue
-        bidder, record = tuned_baseline(market, method, setting, train, progress)
-        tuned[method] = {"train_score": record["train_score"], **record["params"]}
+        if method in BASELINES:
+            bidder, record = tuned_baseline(market, method, setting, train, progress)
+            tuned[method] = {"train_score": record["train_score"], **record["params"]}
+        else:
+            from training.train import load_run_bidder  # torch only when a run is evaluated
+
+            bidder, run = load_run_bidder(Path(method))
+            if run["setting"] != str(setting):
+                raise EvaluationError(f"{method} was trained for {run['setting']}, not {setting}")
+            tuned[method] = {"algo": run["config"]["algo"], "best_validation_score": run.get("best_validation_score")}
         indexes = days.indexes(bidder.traffic_buckets)
         for seed in range(seeds):
             outcome = play(bidder, indexes, days.episode_days(), days.registration(), seed)

@@ -57,7 +57,7 @@ class SACConfig:
     lr_milestones: tuple[int, ...] = (4000, 8000, 12000)
     """Gradient steps at which every learning rate halves (appendix)."""
     hidden: int = 128
-    initial_alpha: float = 1.0
+    initial_alpha: float = 0.1
     """Starting entropy temperature (then tuned automatically toward entropy -1)."""
     reward_scale: float = 1.0
     """Multiplies every reward (D/D* and normalized violations are O(1) per episode)."""
@@ -178,6 +178,20 @@ class SACAgent:
         ]
         self.updates = 0
 
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what :func:`training.train.agent_state` saved."""
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
+            optimizer.load_state_dict(saved)
+        for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
+            scheduler.load_state_dict(saved)
+        self.updates = int(state["updates"])
+        torch.set_rng_state(state["torch_rng"])
+
     def update(self, batch: dict[str, torch.Tensor]) -> tuple[float, float]:
         """One SAC step (Haarnoja et al.; CleanRL's ordering): critics, actor, temperature, targets."""
         actor_opt, critic_opt, alpha_opt = self.optimizers
@@ -241,15 +255,25 @@ def score(outcome: Outcome, days: DaySet, chosen: np.ndarray) -> float:
 
 
 def train(
-    config: SACConfig, days: DaySet, on_epoch: Callable[[EpochLog, SACAgent], None] | None = None
+    config: SACConfig,
+    days: DaySet,
+    on_epoch: Callable[[EpochLog, SACAgent], None] | None = None,
+    start_epoch: int = 0,
+    state: dict[str, Any] | None = None,
 ) -> tuple[SACAgent, list[EpochLog]]:
-    """Train on ``days`` (a train split); ``on_epoch`` sees every epoch's log (checkpointing, progress)."""
-    rng = np.random.default_rng(config.seed)
+    """Train on ``days`` (a train split); ``on_epoch`` sees every epoch's log (checkpointing, progress).
+
+    Resuming (``state`` from a checkpoint, ``start_epoch`` after the last finished epoch) restores the
+    networks, optimizers, schedules and torch's generator; the replay buffer starts empty and refills.
+    """
+    rng = np.random.default_rng([config.seed, start_epoch])
     agent = SACAgent(config)
+    if state is not None:
+        agent.load_state(state)
     buffer = EpisodeBuffer(config.buffer_episodes)
     train_days, validation_days = split_validation(days, config.validation_fraction)
     logs = []
-    for epoch in range(config.epochs):
+    for epoch in range(start_epoch, config.epochs):
         stage = stage_at(epoch, config.curriculum)
         collected, oracle = play_days(
             PolicyBidder(agent.actor, stochastic=True), days, train_days, config.episodes_per_day,

@@ -1,0 +1,74 @@
+"""`rcb train`: a run directory with config, checkpoints and curves; resume; a run is an evaluate method."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rcb.cli import app
+from training.market.generator import config_with, generate_market
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def market(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("train") / "market"
+    generate_market(out, config_with(days_id=8, days_ood=0, impressions_per_day=6000, seed=4), workers=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(market: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "crl"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "crl", "--epochs", "2"]
+    args += ["--updates-per-epoch", "40"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_run_directory_holds_config_checkpoints_and_curves(run: Path):
+    body = json.loads((run / "run.json").read_text())
+    assert body["status"] == "done" and body["setting"] == "sc" and body["config"]["algo"] == "crl"
+    assert [h["epoch"] for h in body["history"]] == [0, 1]
+    assert {h["stage"] for h in body["history"]} == {"cold start"}
+    for name in ("checkpoint.pt", "best.pt", "curves.csv", "curves.png"):
+        assert (run / name).stat().st_size > 0
+    assert len((run / "curves.csv").read_text().strip().splitlines()) == 3
+
+
+def test_refuses_to_overwrite_and_resumes(run: Path, market: Path):
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(run), "--algo", "crl"]
+    args += ["--updates-per-epoch", "40"]
+    again = runner.invoke(app, [*args, "--epochs", "3"])
+    assert again.exit_code == 2 and "--resume" in again.output
+    before = json.loads((run / "run.json").read_text())["history"]
+    resumed = runner.invoke(app, [*args, "--epochs", "3", "--resume", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    after = json.loads((run / "run.json").read_text())["history"]
+    assert after[:2] == before and after[2]["epoch"] == 2
+    wrong = runner.invoke(app, ["train", "--data", str(market), "--setting", "mc", "--out", str(run), "--resume"])
+    assert wrong.exit_code == 2 and "cannot be resumed" in wrong.output
+
+
+def test_unknown_algo_is_a_clear_error(market: Path, tmp_path: Path):
+    result = runner.invoke(
+        app, ["train", "--data", str(market), "--setting", "sc", "--out", str(tmp_path / "x"), "--algo", "cbrl"]
+    )
+    assert result.exit_code == 2 and "available: hard, crl" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_run_is_an_evaluate_method(run: Path, market: Path, tmp_path: Path):
+    out = tmp_path / "eval"
+    args = ["evaluate", str(market), "--split", "test", "--methods", f"{run},rm", "--seeds", "1", "--out", str(out)]
+    result = runner.invoke(app, [*args, "--setting", "sc", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {str(run), "rm"} and summary[str(run)]["n_episodes"] == 4
+    wrong = runner.invoke(app, [*args, "--setting", "mc"])
+    assert wrong.exit_code == 2 and "trained for sc" in wrong.output

@@ -1,0 +1,176 @@
+"""`rcb train`: a training run directory — config, checkpoints, learning curves — resumable.
+
+Layout of ``RUN/``:
+
+* ``run.json``: what was trained (market, setting, algo, config, data fingerprint, status);
+* ``checkpoint.pt``: the latest state (networks, optimizers, replay-free: collection restarts cleanly);
+* ``best.pt``: the actor with the best validation score so far (model selection on held-out train days);
+* ``curves.csv`` and ``curves.png``: train and validation score per epoch.
+
+A run directory is a method for ``rcb evaluate`` (its best actor, deterministic).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model.contract import Setting
+from training.agents.networks import TanhGaussianPolicy
+from training.agents.sac import CURRICULA, EpochLog, PolicyBidder, SACAgent, SACConfig, train
+from training.dayset import DaySet
+from training.market.dataset import Market
+
+RUN_FILE = "run.json"
+ALGOS = tuple(CURRICULA)
+"""Trainable today: ``hard`` and ``crl`` (CBRL's encoder, USCB and RCPO build on the same trainer next)."""
+
+
+class RunError(ValueError):
+    """A run directory that cannot be created, resumed or loaded."""
+
+
+def data_fingerprint(market: Market) -> str:
+    """sha256 over the train days' files and constraints: what the policy was fitted to."""
+    days = [[e.day, market.fingerprint(e.day), e.mc.roi_target, e.mc.budget] for e in market.split("train")]
+    return hashlib.sha256(json.dumps(days).encode()).hexdigest()
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _write_json(body: dict[str, Any], path: Path) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(body, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def run_training(
+    data: Path,
+    setting: Setting,
+    config: SACConfig,
+    out: Path,
+    resume: bool = False,
+    on_epoch: Callable[[EpochLog], None] | None = None,
+) -> dict[str, Any]:
+    """Train (or resume) a run into ``out``; return the final ``run.json`` body."""
+    market = Market.open(data)
+    fingerprint = data_fingerprint(market)
+    run_file = out / RUN_FILE
+    history: list[dict[str, Any]] = []
+    start_epoch = 0
+    state = None
+    if run_file.exists():
+        if not resume:
+            raise RunError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+        previous = json.loads(run_file.read_text())
+        if previous.get("data_fingerprint") != fingerprint or previous.get("setting") != str(setting):
+            raise RunError(f"{out} was trained on other data or another setting; it cannot be resumed here")
+        if previous["config"]["algo"] != config.algo:
+            raise RunError(f"{out} trains {previous['config']['algo']}, not {config.algo}")
+        state = torch.load(out / "checkpoint.pt", weights_only=False)
+        history = previous.get("history", [])
+        start_epoch = len(history)
+    out.mkdir(parents=True, exist_ok=True)
+    days = DaySet.load(market, "train", setting)
+    best = max((h["validation_score"] for h in history), default=float("-inf"))
+    body: dict[str, Any] = {
+        "format": "rcb-run/1",
+        "market": str(data),
+        "setting": str(setting),
+        "config": config.to_dict(),
+        "data_fingerprint": fingerprint,
+        "reference_delivery": days.reference,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "status": "training",
+        "history": history,
+    }
+
+    def checkpoint(log: EpochLog, agent: SACAgent) -> None:
+        nonlocal best
+        history.append(asdict(log))
+        if log.validation_score > best:
+            best = log.validation_score
+            _atomic_save(
+                {"actor": agent.actor.state_dict(), "hidden": config.hidden, "epoch": log.epoch}, out / "best.pt"
+            )
+        _atomic_save(agent_state(agent, log.epoch + 1), out / "checkpoint.pt")
+        _write_json(body, run_file)
+        write_curves(history, out)
+        if on_epoch:
+            on_epoch(log)
+
+    remaining = config.epochs - start_epoch
+    if remaining > 0:
+        train(config, days, on_epoch=checkpoint, start_epoch=start_epoch, state=state)
+    body["status"] = "done"
+    body["best_validation_score"] = best
+    _write_json(body, run_file)
+    return body
+
+
+def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
+    return {
+        "next_epoch": next_epoch,
+        "actor": agent.actor.state_dict(),
+        "critic": agent.critic.state_dict(),
+        "critic_target": agent.critic_target.state_dict(),
+        "log_alpha": agent.log_alpha.detach().clone(),
+        "optimizers": [o.state_dict() for o in agent.optimizers],
+        "schedulers": [s.state_dict() for s in agent.schedulers],
+        "updates": agent.updates,
+        "torch_rng": torch.get_rng_state(),
+    }
+
+
+def write_curves(history: list[dict[str, Any]], out: Path) -> None:
+    """``curves.csv`` and ``curves.png``: train and validation score per epoch, curriculum stages shaded."""
+    with (out / "curves.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(history[0]))
+        writer.writeheader()
+        writer.writerows(history)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    epochs = [h["epoch"] for h in history]
+    ax.plot(epochs, [h["train_score"] for h in history], "o-", label="train days")
+    ax.plot(epochs, [h["validation_score"] for h in history], "s-", label="validation days")
+    for epoch, h in enumerate(history):
+        if epoch == 0 or h["stage"] != history[epoch - 1]["stage"]:
+            ax.axvline(h["epoch"] - 0.5, color="grey", lw=0.8, ls=":")
+            ax.text(h["epoch"] - 0.4, 0.02, h["stage"], fontsize=7, rotation=90, va="bottom", color="grey")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("score = mean D/D* x 1[feasible]")
+    ax.set_ylim(0, 1)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=110)
+
+
+def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:
+    """The best actor of a run directory, deterministic, behind the Bidder interface."""
+    run_file = run / RUN_FILE
+    if not run_file.exists() or not (run / "best.pt").exists():
+        raise RunError(f"{run}: not a finished training run (no {RUN_FILE} or best.pt)")
+    body = json.loads(run_file.read_text())
+    saved = torch.load(run / "best.pt", weights_only=False)
+    from model.features import N_FEATURES
+
+    policy = TanhGaussianPolicy(N_FEATURES, saved["hidden"])
+    policy.load_state_dict(saved["actor"])
+    policy.eval()
+    bidder = PolicyBidder(policy, stochastic=False)
+    return bidder, body
