@@ -25,14 +25,16 @@ from typing import Any
 import torch
 
 from model.contract import Setting
+from model.features import N_FEATURES
+from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
-from training.agents.sac import CURRICULA, EpochLog, PolicyBidder, SACAgent, SACConfig, train
+from training.agents.sac import CURRICULA, TRANSITION_DIM, EpochLog, PolicyBidder, SACAgent, SACConfig, train
 from training.dayset import DaySet
 from training.market.dataset import Market
 
 RUN_FILE = "run.json"
 ALGOS = tuple(CURRICULA)
-"""Trainable today: ``hard`` and ``crl`` (CBRL's encoder, USCB and RCPO build on the same trainer next)."""
+"""Trainable today: ``hard``, ``crl`` and ``cbrl`` (USCB and RCPO build on the same trainer next)."""
 
 
 class RunError(ValueError):
@@ -103,9 +105,13 @@ def run_training(
         history.append(asdict(log))
         if log.validation_score > best:
             best = log.validation_score
-            _atomic_save(
-                {"actor": agent.actor.state_dict(), "hidden": config.hidden, "epoch": log.epoch}, out / "best.pt"
-            )
+            best_actor = {
+                "actor": agent.actor.state_dict(),
+                "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
+                "config": config.to_dict(),
+                "epoch": log.epoch,
+            }
+            _atomic_save(best_actor, out / "best.pt")
         _atomic_save(agent_state(agent, log.epoch + 1), out / "checkpoint.pt")
         _write_json(body, run_file)
         write_curves(history, out)
@@ -127,6 +133,7 @@ def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
         "actor": agent.actor.state_dict(),
         "critic": agent.critic.state_dict(),
         "critic_target": agent.critic_target.state_dict(),
+        "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
         "log_alpha": agent.log_alpha.detach().clone(),
         "optimizers": [o.state_dict() for o in agent.optimizers],
         "schedulers": [s.state_dict() for s in agent.schedulers],
@@ -167,10 +174,14 @@ def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:
         raise RunError(f"{run}: not a finished training run (no {RUN_FILE} or best.pt)")
     body = json.loads(run_file.read_text())
     saved = torch.load(run / "best.pt", weights_only=False)
-    from model.features import N_FEATURES
-
-    policy = TanhGaussianPolicy(N_FEATURES, saved["hidden"])
+    config = saved["config"]
+    latent = config["latent_dim"] if saved["encoder"] is not None else 0
+    policy = TanhGaussianPolicy(N_FEATURES + latent, config["hidden"])
     policy.load_state_dict(saved["actor"])
+    encoder = None
+    if saved["encoder"] is not None:
+        encoder = PosteriorEncoder(TRANSITION_DIM, config["latent_dim"])
+        encoder.load_state_dict(saved["encoder"])
+        encoder.eval()
     policy.eval()
-    bidder = PolicyBidder(policy, stochastic=False)
-    return bidder, body
+    return PolicyBidder(policy, stochastic=False, encoder=encoder), body

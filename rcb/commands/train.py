@@ -15,7 +15,12 @@ def train_command(
     data: Annotated[Path, typer.Option("--data", help="Market directory (trains on its train split only).")],
     setting: Annotated[Setting, typer.Option("--setting", help="sc (L=1, no budget) or mc (per-day L, B).")],
     out: Annotated[Path, typer.Option("--out", help="Run directory to write.")],
-    algo: Annotated[str, typer.Option("--algo", help="hard (sparse indicator reward) or crl (curriculum).")] = "crl",
+    algo: Annotated[
+        str,
+        typer.Option(
+            "--algo", help="hard (sparse indicator reward), crl (curriculum) or cbrl (curriculum + posterior encoder)."
+        ),
+    ] = "crl",
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Training epochs.")] = 30,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds networks, collection and sampling.")] = 0,
     updates_per_epoch: Annotated[

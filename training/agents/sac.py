@@ -25,13 +25,17 @@ import torch.nn.functional as F
 from model.contract import SLOTS_PER_DAY
 from model.features import N_FEATURES, observe
 from model.history import History, Registration
+from model.sampling import noise_batch
+from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal, prefix_mask, transitions
 from training.agents.networks import TanhGaussianPolicy, TwinQ
 from training.bidders.base import Bidder, Outcome, play
 from training.bidders.tuning import episode_scores
 from training.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, Stage, stage_at
 from training.dayset import DaySet
 
-CURRICULA: dict[str, tuple[Stage, ...]] = {"hard": SPARSE_ONLY, "crl": PAPER_CURRICULUM}
+CURRICULA: dict[str, tuple[Stage, ...]] = {"hard": SPARSE_ONLY, "crl": PAPER_CURRICULUM, "cbrl": PAPER_CURRICULUM}
+TRANSITION_DIM = 2 * N_FEATURES + 1
+"""(o_i, a_i, o_{i+1}): what the posterior encoder reads per step."""
 
 
 @dataclass
@@ -39,7 +43,8 @@ class SACConfig:
     """Hyperparameters of a SAC run (defaults: the paper's appendix where it says, CleanRL's elsewhere)."""
 
     algo: str = "crl"
-    """Reward scheme: ``hard`` (sparse indicator, Eq. 5) or ``crl`` (three-stage curriculum, Eq. 7 then Eq. 5)."""
+    """``hard`` (sparse indicator, Eq. 5), ``crl`` (three-stage curriculum, Eq. 7 then Eq. 5), or ``cbrl``
+    (the curriculum plus the posterior encoder: policy and critics condition on z ~ q(z | tau))."""
     epochs: int = 30
     """Training epochs; one epoch plays every training day ``episodes_per_day`` times."""
     episodes_per_day: int = 4
@@ -61,6 +66,10 @@ class SACConfig:
     """Starting entropy temperature (then tuned automatically toward entropy -1)."""
     reward_scale: float = 1.0
     """Multiplies every reward (D/D* and normalized violations are O(1) per episode)."""
+    latent_dim: int = 8
+    """Size of CBRL's latent z (ignored by hard and crl)."""
+    kl_weight: float = 0.01
+    """Weight of KL(q || N(0, I)) against the critic's squared Bellman error in the ELBO (Eq. 8)."""
     validation_fraction: float = 0.2
     """Share of the train days held out for model selection."""
     seed: int = 0
@@ -72,6 +81,10 @@ class SACConfig:
         if not self.curriculum:
             self.curriculum = CURRICULA[self.algo]
 
+    @property
+    def bayesian(self) -> bool:
+        return self.algo == "cbrl"
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["curriculum"] = [asdict(s) for s in self.curriculum]
@@ -79,19 +92,44 @@ class SACConfig:
 
 
 class PolicyBidder(Bidder):
-    """A torch policy behind the :class:`Bidder` interface (stochastic for collection, mean for evaluation)."""
+    """A torch policy behind the :class:`Bidder` interface (stochastic for collection, mean for evaluation).
+
+    With an encoder (CBRL) it acts by posterior sampling: each slot it encodes the transitions seen so
+    far, draws ``z = mean + std * eps`` with ``eps`` from :mod:`model.sampling` (keyed by the play seed,
+    the episode's position and the slot, so a seed replays identically) and acts on ``(o_t, z)``.
+    """
 
     name: ClassVar[str] = "sac"
 
-    def __init__(self, policy: TanhGaussianPolicy, stochastic: bool):
+    def __init__(self, policy: TanhGaussianPolicy, stochastic: bool, encoder: PosteriorEncoder | None = None):
         self.policy = policy
         self.stochastic = stochastic
+        self.encoder = encoder
+
+    def start(self, registration: Registration, seed: int) -> None:
+        self.seed = seed
+        self.observations: list[np.ndarray] = []
 
     def bid(self, history: History) -> np.ndarray:
         with torch.no_grad():
-            obs = torch.as_tensor(observe(history), dtype=torch.float32)
+            current = observe(history)
+            obs = torch.as_tensor(current, dtype=torch.float32)
+            if self.encoder is not None:
+                self.observations.append(current)
+                obs = torch.cat([obs, self._posterior_sample(history)], dim=1)
             ratio = self.policy.sample(obs)[0] if self.stochastic else self.policy.act(obs)
         return ratio.numpy().astype(np.float64)
+
+    def _posterior_sample(self, history: History) -> torch.Tensor:
+        assert self.encoder is not None
+        t = history.slot
+        observations = np.zeros((history.n, SLOTS_PER_DAY + 1, N_FEATURES), dtype=np.float32)
+        observations[:, : t + 1] = np.stack(self.observations, axis=1)
+        steps = transitions(torch.as_tensor(observations), torch.as_tensor(history.ratios, dtype=torch.float32))
+        mean, std = self.encoder(steps, prefix_mask(torch.full((history.n,), t)))
+        keys = [f"episode-{k}" for k in range(history.n)]
+        eps = noise_batch(self.seed, keys, ["offline"] * history.n, t, self.encoder.latent_dim)
+        return mean + std * torch.as_tensor(eps, dtype=torch.float32)
 
 
 class EpisodeBuffer:
@@ -136,6 +174,8 @@ class EpisodeBuffer:
         )[np.arange(batch), slot]
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
         return {
+            "steps": transitions(as_tensor(self.obs[episode]), as_tensor(self.ratios[episode])),
+            "seen": torch.as_tensor(slot),
             "obs": as_tensor(self.obs[episode, slot]),
             "ratio": as_tensor(self.ratios[episode, slot]),
             "reward": as_tensor(rewards),
@@ -162,14 +202,20 @@ class SACAgent:
     def __init__(self, config: SACConfig):
         self.config = config
         torch.manual_seed(config.seed)
-        self.actor = TanhGaussianPolicy(N_FEATURES, config.hidden)
-        self.critic = TwinQ(N_FEATURES, config.hidden)
+        latent = config.latent_dim if config.bayesian else 0
+        self.encoder = PosteriorEncoder(TRANSITION_DIM, config.latent_dim) if config.bayesian else None
+        self.actor = TanhGaussianPolicy(N_FEATURES + latent, config.hidden)
+        self.critic = TwinQ(N_FEATURES + latent, config.hidden)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.full((1,), float(np.log(config.initial_alpha)), requires_grad=True)
         self.target_entropy = -1.0  # -dim(action)
         self.optimizers = [
             torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate),
-            torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate),
+            # The encoder learns through the critic's loss (the ELBO of Eq. 8), so it shares that optimizer.
+            torch.optim.Adam(
+                [*self.critic.parameters(), *(self.encoder.parameters() if self.encoder else [])],
+                lr=config.learning_rate,
+            ),
             torch.optim.Adam([self.log_alpha], lr=config.learning_rate),
         ]
         self.schedulers = [
@@ -183,6 +229,8 @@ class SACAgent:
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
+        if self.encoder is not None:
+            self.encoder.load_state_dict(state["encoder"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
@@ -196,18 +244,27 @@ class SACAgent:
         """One SAC step (Haarnoja et al.; CleanRL's ordering): critics, actor, temperature, targets."""
         actor_opt, critic_opt, alpha_opt = self.optimizers
         alpha = self.log_alpha.exp().detach()
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        kl = torch.zeros(())
+        if self.encoder is not None:
+            # z ~ q(z | tau_{t-1}) (reparameterized), shared by o_t and o_{t+1} as in Eq. 8's target.
+            mean, std = self.encoder(batch["steps"], prefix_mask(batch["seen"]))
+            z = mean + std * torch.randn_like(std)
+            kl = kl_to_standard_normal(mean, std).mean()
+            obs, next_obs = torch.cat([obs, z], dim=1), torch.cat([next_obs, z.detach()], dim=1)
         with torch.no_grad():
-            next_ratio, next_log_prob = self.actor.sample(batch["next_obs"])
-            target_q = torch.min(*self.critic_target(batch["next_obs"], next_ratio)) - alpha * next_log_prob
+            next_ratio, next_log_prob = self.actor.sample(next_obs)
+            target_q = torch.min(*self.critic_target(next_obs, next_ratio)) - alpha * next_log_prob
             y = self.config.reward_scale * batch["reward"] + (1 - batch["done"]) * self.config.gamma * target_q
-        q1, q2 = self.critic(batch["obs"], batch["ratio"])
-        critic_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y)
+        q1, q2 = self.critic(obs, batch["ratio"])
+        critic_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y) + self.config.kl_weight * kl
         critic_opt.zero_grad()
         critic_loss.backward()
         critic_opt.step()
 
-        ratio, log_prob = self.actor.sample(batch["obs"])
-        actor_loss = (alpha * log_prob - torch.min(*self.critic(batch["obs"], ratio))).mean()
+        obs = obs.detach()  # the actor does not train the encoder
+        ratio, log_prob = self.actor.sample(obs)
+        actor_loss = (alpha * log_prob - torch.min(*self.critic(obs, ratio))).mean()
         actor_opt.zero_grad()
         actor_loss.backward()
         actor_opt.step()
@@ -275,17 +332,17 @@ def train(
     logs = []
     for epoch in range(start_epoch, config.epochs):
         stage = stage_at(epoch, config.curriculum)
+        explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder)
         collected, oracle = play_days(
-            PolicyBidder(agent.actor, stochastic=True), days, train_days, config.episodes_per_day,
-            seed=config.seed * 100_003 + epoch,
-        )  # fmt: skip
+            explorer, days, train_days, config.episodes_per_day, config.seed * 100_003 + epoch
+        )
         buffer.add(collected.history, oracle)
         critic_losses, actor_losses = [], []
         for _ in range(config.updates_per_epoch):
             critic_loss, actor_loss = agent.update(buffer.sample(rng, config.batch_size, stage))
             critic_losses.append(critic_loss)
             actor_losses.append(actor_loss)
-        greedy = PolicyBidder(agent.actor, stochastic=False)
+        greedy = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder)
         train_outcome, _ = play_days(greedy, days, train_days, 1, seed=0)
         validation_outcome, _ = play_days(greedy, days, validation_days, 1, seed=0)
         log = EpochLog(

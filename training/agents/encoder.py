@@ -1,0 +1,67 @@
+"""CBRL's variational posterior encoder q(z | tau_t) (paper Sec. 3.2.4, Eq. 8-9).
+
+A trajectory ``tau_t = {(o_i, a_i, o_{i+1})}_{i<t}`` of up to 48 transitions is embedded, passed
+through bi-directional transformer blocks (no causal mask: every transition attends to all others)
+and mean-pooled over the valid steps into the mean and standard deviation of a Gaussian over the
+latent market regime ``z``:
+
+    q(z | tau_t) = N(AvgPool(f_mu(tau_t)), AvgPool(f_sigma(tau_t)))
+
+Masking is finite: padded steps are excluded from attention and from the pooling, and a trajectory
+with no valid step at all (slot 0) pools to zeros, i.e. the head's bias, with no NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.contract import RATIO_MAX, SLOTS_PER_DAY
+
+
+def transitions(observations: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
+    """``(o_i, a_i / 4, o_{i+1})`` for i = 0..T-1 from ``observations (n, T+1, F)`` and ``ratios (n, T)``."""
+    return torch.cat([observations[:, :-1], (ratios / RATIO_MAX).unsqueeze(-1), observations[:, 1:]], dim=-1)
+
+
+def prefix_mask(lengths: torch.Tensor, steps: int = SLOTS_PER_DAY) -> torch.Tensor:
+    """``mask[k, i]`` is True for the ``lengths[k]`` first steps (the transitions observed so far)."""
+    return torch.arange(steps, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+class PosteriorEncoder(nn.Module):
+    """Transformer over transitions with masked mean pooling and a Gaussian head (mean, std)."""
+
+    def __init__(self, transition_dim: int, latent_dim: int = 8, width: int = 32, layers: int = 3, heads: int = 4):
+        super().__init__()
+        self.latent_dim = latent_dim
+        self.embed = nn.Linear(transition_dim, width)
+        self.position = nn.Parameter(torch.zeros(SLOTS_PER_DAY, width))
+        block = nn.TransformerEncoderLayer(width, heads, dim_feedforward=2 * width, dropout=0.0, batch_first=True)
+        self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.mean_head = nn.Linear(width, latent_dim)
+        self.std_head = nn.Linear(width, latent_dim)
+
+    def forward(self, steps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``steps (n, L, D)``, ``mask (n, L)`` (True = valid) -> ``(mean, std)`` each ``(n, latent_dim)``."""
+        length = steps.shape[1]
+        x = self.embed(steps) + self.position[:length]
+        # Attention needs one key per row: rows with no valid step attend to step 0, and pooling drops it.
+        empty = ~mask.any(dim=1)
+        attend = mask.clone()
+        attend[empty, 0] = True
+        h = self.blocks(x, src_key_padding_mask=~attend)
+        weights = mask.unsqueeze(-1).to(h.dtype)
+        count = weights.sum(dim=1).clamp(min=1.0)
+        mean = (self.mean_head(h) * weights).sum(dim=1) / count
+        std = (F.softplus(self.std_head(h)) * weights).sum(dim=1) / count
+        # An empty trajectory pools to zero features: the prior-like answer of the heads' biases.
+        mean = torch.where(empty.unsqueeze(-1), self.mean_head.bias.expand_as(mean), mean)
+        std = torch.where(empty.unsqueeze(-1), F.softplus(self.std_head.bias).expand_as(std), std) + 1e-4
+        return mean, std
+
+
+def kl_to_standard_normal(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """``KL(N(mean, std^2) || N(0, I))`` per row (the ELBO's regularizer, Eq. 8)."""
+    return 0.5 * (mean.pow(2) + std.pow(2) - 1.0 - 2.0 * torch.log(std)).sum(dim=-1)
