@@ -98,3 +98,19 @@ def test_config_and_validation_split():
     train_days, validation_days = split_validation(Days(), 0.2)  # type: ignore[arg-type]
     assert len(validation_days) == 6 and len(train_days) == 24
     assert not set(train_days) & set(validation_days)
+
+
+def test_soft_combination_rivals_use_their_rewards(tiny_market):
+    from training.agents.sac import train
+    from training.curriculum import LagrangianStage, USCBStage
+    from training.dayset import DaySet
+
+    assert isinstance(SACConfig(algo="uscb", uscb_gamma=5.0).curriculum[0], USCBStage)
+    assert SACConfig(algo="uscb", uscb_gamma=5.0).curriculum[0].gamma == 5.0
+    config = SACConfig(algo="rcpo", epochs=2, updates_per_epoch=5, episodes_per_day=2, hidden=16, rcpo_multiplier=0.5)
+    assert isinstance(config.curriculum[0], LagrangianStage) and config.curriculum[0].multiplier == 0.5
+    days = DaySet.load(tiny_market, "train", "mc")
+    agent, logs = train(config, days)
+    assert len(logs) == 2 and {log.stage for log in logs} == {"rcpo"}
+    # Dual ascent moved lambda by lr * mean violation (violations are >= 0, so it cannot go down from 0.5).
+    assert agent.multiplier >= 0.5

@@ -59,7 +59,7 @@ def test_unknown_algo_is_a_clear_error(market: Path, tmp_path: Path):
     result = runner.invoke(
         app, ["train", "--data", str(market), "--setting", "sc", "--out", str(tmp_path / "x"), "--algo", "usc"]
     )
-    assert result.exit_code == 2 and "available: hard, crl, cbrl" in result.output
+    assert result.exit_code == 2 and "available: hard, crl, cbrl, uscb, rcpo" in result.output
     assert not (tmp_path / "x").exists()
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from training.rewards import curriculum_reward, indicator_reward
+from training.rewards import curriculum_reward, indicator_reward, lagrangian_reward, uscb_reward
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,30 @@ class Stage:
         if self.b is None:
             return indicator_reward(delivery, cost, roi_target, budget, oracle)
         return curriculum_reward(delivery, cost, roi_target, budget, oracle, b=self.b, h=self.h, g=self.g)
+
+
+@dataclass(frozen=True)
+class USCBStage(Stage):
+    """USCB's soft combination (a rival, not a curriculum): ``min(D/D*, 1) - (gamma^violation - 1)`` at T."""
+
+    gamma: float = 3.0
+
+    def rewards(
+        self, delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, budget: np.ndarray, oracle: np.ndarray
+    ) -> np.ndarray:
+        return uscb_reward(delivery, cost, roi_target, oracle, gamma=self.gamma)
+
+
+@dataclass(frozen=True)
+class LagrangianStage(Stage):
+    """RCPO's penalized reward ``D/D* - lambda * violation`` at T; the trainer moves lambda by dual ascent."""
+
+    multiplier: float = 1.0
+
+    def rewards(
+        self, delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, budget: np.ndarray, oracle: np.ndarray
+    ) -> np.ndarray:
+        return lagrangian_reward(delivery, cost, roi_target, budget, oracle, multiplier=self.multiplier)
 
 
 PAPER_CURRICULUM: tuple[Stage, ...] = (

@@ -34,7 +34,7 @@ from training.market.dataset import Market
 
 RUN_FILE = "run.json"
 ALGOS = tuple(CURRICULA)
-"""Trainable today: ``hard``, ``crl`` and ``cbrl`` (USCB and RCPO build on the same trainer next)."""
+"""Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
 
 
 class RunError(ValueError):
@@ -138,6 +138,7 @@ def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
         "optimizers": [o.state_dict() for o in agent.optimizers],
         "schedulers": [s.state_dict() for s in agent.schedulers],
         "updates": agent.updates,
+        "multiplier": agent.multiplier,
         "torch_rng": torch.get_rng_state(),
     }
 

@@ -23,6 +23,7 @@ def train_command(
     ] = "crl",
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Training epochs.")] = 30,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds networks, collection and sampling.")] = 0,
+    uscb_gamma: Annotated[float, typer.Option("--uscb-gamma", min=1.0, help="uscb: penalty base gamma.")] = 3.0,
     updates_per_epoch: Annotated[
         int, typer.Option("--updates-per-epoch", min=1, help="Gradient steps per epoch.")
     ] = 400,
@@ -37,7 +38,9 @@ def train_command(
         raise fail(f"unknown or not yet trainable algo {algo!r}; available: {', '.join(ALGOS)}")
     with user_errors():
         try:
-            config = SACConfig(algo=algo, epochs=epochs, seed=seed, updates_per_epoch=updates_per_epoch)
+            config = SACConfig(
+                algo=algo, epochs=epochs, seed=seed, updates_per_epoch=updates_per_epoch, uscb_gamma=uscb_gamma
+            )
             with progress(quiet=json) as bar:
                 task = bar.add_task(f"training {algo} on {setting.value}", total=epochs)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,10 +30,17 @@ from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal, pre
 from training.agents.networks import TanhGaussianPolicy, TwinQ
 from training.bidders.base import Bidder, Outcome, play
 from training.bidders.tuning import episode_scores
-from training.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, Stage, stage_at
+from training.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, LagrangianStage, Stage, USCBStage, stage_at
 from training.dayset import DaySet
+from training.rewards import DualAscent, violation
 
-CURRICULA: dict[str, tuple[Stage, ...]] = {"hard": SPARSE_ONLY, "crl": PAPER_CURRICULUM, "cbrl": PAPER_CURRICULUM}
+CURRICULA: dict[str, tuple[Stage, ...]] = {
+    "hard": SPARSE_ONLY,
+    "crl": PAPER_CURRICULUM,
+    "cbrl": PAPER_CURRICULUM,
+    "uscb": (USCBStage("uscb", epochs=None),),
+    "rcpo": (LagrangianStage("rcpo", epochs=None),),
+}
 TRANSITION_DIM = 2 * N_FEATURES + 1
 """(o_i, a_i, o_{i+1}): what the posterior encoder reads per step."""
 
@@ -43,8 +50,9 @@ class SACConfig:
     """Hyperparameters of a SAC run (defaults: the paper's appendix where it says, CleanRL's elsewhere)."""
 
     algo: str = "crl"
-    """``hard`` (sparse indicator, Eq. 5), ``crl`` (three-stage curriculum, Eq. 7 then Eq. 5), or ``cbrl``
-    (the curriculum plus the posterior encoder: policy and critics condition on z ~ q(z | tau))."""
+    """``hard`` (sparse indicator, Eq. 5), ``crl`` (three-stage curriculum, Eq. 7 then Eq. 5), ``cbrl``
+    (the curriculum plus the posterior encoder: policy and critics condition on z ~ q(z | tau)), or the
+    soft-combination rivals ``uscb`` (gamma^violation penalty) and ``rcpo`` (Lagrangian, dual ascent)."""
     epochs: int = 30
     """Training epochs; one epoch plays every training day ``episodes_per_day`` times."""
     episodes_per_day: int = 4
@@ -66,6 +74,12 @@ class SACConfig:
     """Starting entropy temperature (then tuned automatically toward entropy -1)."""
     reward_scale: float = 1.0
     """Multiplies every reward (D/D* and normalized violations are O(1) per episode)."""
+    uscb_gamma: float = 3.0
+    """USCB's penalty base (tuned by training several and selecting on validation days)."""
+    rcpo_multiplier: float = 1.0
+    """RCPO's initial Lagrange multiplier."""
+    rcpo_learning_rate: float = 0.05
+    """RCPO's dual-ascent step on the mean violation of each epoch's episodes."""
     latent_dim: int = 8
     """Size of CBRL's latent z (ignored by hard and crl)."""
     kl_weight: float = 0.01
@@ -79,7 +93,12 @@ class SACConfig:
         if self.algo not in CURRICULA:
             raise ValueError(f"unknown algo {self.algo!r}; SAC supports {', '.join(CURRICULA)}")
         if not self.curriculum:
-            self.curriculum = CURRICULA[self.algo]
+            stages = CURRICULA[self.algo]
+            if self.algo == "uscb":
+                stages = (replace(stages[0], gamma=self.uscb_gamma),)
+            elif self.algo == "rcpo":
+                stages = (replace(stages[0], multiplier=self.rcpo_multiplier),)
+            self.curriculum = stages
 
     @property
     def bayesian(self) -> bool:
@@ -223,6 +242,8 @@ class SACAgent:
             for o in self.optimizers
         ]
         self.updates = 0
+        self.multiplier = config.rcpo_multiplier
+        """RCPO's current Lagrange multiplier (checkpointed; unused by the other algos)."""
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what :func:`training.train.agent_state` saved."""
@@ -329,14 +350,23 @@ def train(
         agent.load_state(state)
     buffer = EpisodeBuffer(config.buffer_episodes)
     train_days, validation_days = split_validation(days, config.validation_fraction)
+    multiplier = float(state["multiplier"]) if state and "multiplier" in state else config.rcpo_multiplier
+    dual = DualAscent(multiplier=multiplier, learning_rate=config.rcpo_learning_rate)
     logs = []
     for epoch in range(start_epoch, config.epochs):
         stage = stage_at(epoch, config.curriculum)
+        if isinstance(stage, LagrangianStage):
+            stage = replace(stage, multiplier=dual.multiplier)
         explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder)
         collected, oracle = play_days(
             explorer, days, train_days, config.episodes_per_day, config.seed * 100_003 + epoch
         )
         buffer.add(collected.history, oracle)
+        if isinstance(stage, LagrangianStage):  # RCPO: lambda follows this epoch's mean violation (dual ascent)
+            registration = collected.history.registration
+            broken = violation(collected.delivery, collected.cost, registration.roi_target, registration.budget)
+            stage = replace(stage, multiplier=dual.update(broken))
+        agent.multiplier = dual.multiplier
         critic_losses, actor_losses = [], []
         for _ in range(config.updates_per_epoch):
             critic_loss, actor_loss = agent.update(buffer.sample(rng, config.batch_size, stage))
