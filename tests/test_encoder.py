@@ -63,3 +63,16 @@ def test_kl_and_gradients():
     mean, std = encoder(steps, prefix_mask(lengths))
     (mean + torch.randn_like(std) * std).pow(2).sum().backward()
     assert all(p.grad is not None for p in encoder.embed.parameters())
+
+
+def test_every_prefix_equals_encoding_each_prefix():
+    """One causal pass gives q(z | tau_t) for every t, the same as masking the trajectory after t."""
+    torch.manual_seed(0)
+    encoder = PosteriorEncoder(DIM).eval()
+    steps, _ = _batch(3)
+    with torch.no_grad():
+        every_mean, every_std = encoder.every_prefix(steps)
+        for t in (0, 1, 7, 30, SLOTS_PER_DAY):
+            mean, std = encoder(steps, prefix_mask(torch.full((3,), t)))
+            torch.testing.assert_close(every_mean[:, t], mean, rtol=0, atol=1e-5)
+            torch.testing.assert_close(every_std[:, t], std, rtol=0, atol=1e-5)

@@ -64,7 +64,9 @@ def test_buffer_relabels_rewards_with_the_current_stage():
     dense = curriculum_reward(buffer.delivery, buffer.cost, buffer.roi_target, buffer.budget, buffer.oracle, b=0.1)
     sparse = indicator_reward(buffer.delivery, buffer.cost, buffer.roi_target, buffer.budget, buffer.oracle)
     rng = np.random.default_rng(0)
-    episode, slot = rng.integers(0, 3, 64), rng.integers(0, SLOTS_PER_DAY, 64)
+    episode = np.repeat(rng.integers(0, 3, 4), 16)  # 4 episodes, 16 transitions each
+    slot = rng.integers(0, SLOTS_PER_DAY, 64)
+    np.testing.assert_array_equal(batch["row"].numpy(), np.repeat(np.arange(4), 16))
     np.testing.assert_allclose(batch["reward"].numpy(), dense[episode, slot], rtol=1e-6, atol=1e-7)
     later = buffer.sample(np.random.default_rng(0), 64, stage_at(6, PAPER_CURRICULUM))
     np.testing.assert_allclose(later["reward"].numpy(), sparse[episode, slot], rtol=1e-6, atol=1e-7)

@@ -1,11 +1,15 @@
 """CBRL's variational posterior encoder q(z | tau_t) (paper Sec. 3.2.4, Eq. 8-9).
 
 A trajectory ``tau_t = {(o_i, a_i, o_{i+1})}_{i<t}`` of up to 48 transitions is embedded, passed
-through bi-directional transformer blocks (no causal mask: every transition attends to all others)
-and mean-pooled over the valid steps into the mean and standard deviation of a Gaussian over the
-latent market regime ``z``:
+through transformer blocks and mean-pooled over the valid steps into the mean and standard
+deviation of a Gaussian over the latent market regime ``z``:
 
     q(z | tau_t) = N(AvgPool(f_mu(tau_t)), AvgPool(f_sigma(tau_t)))
+
+Deviation from the paper, for speed: attention is *causal* (a transition attends to itself and
+earlier ones) where the paper's blocks are bi-directional. The posterior stays a function of
+``tau_t`` alone, and one pass over a whole episode then yields ``q(z | tau_t)`` for every ``t``
+(:meth:`PosteriorEncoder.every_prefix`), 48 times cheaper than encoding each prefix on its own.
 
 Masking is finite: padded steps are excluded from attention and from the pooling, and a trajectory
 with no valid step at all (slot 0) pools to zeros, i.e. the head's bias, with no NaN.
@@ -43,15 +47,32 @@ class PosteriorEncoder(nn.Module):
         self.mean_head = nn.Linear(width, latent_dim)
         self.std_head = nn.Linear(width, latent_dim)
 
-    def forward(self, steps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``steps (n, L, D)``, ``mask (n, L)`` (True = valid) -> ``(mean, std)`` each ``(n, latent_dim)``."""
+    def _hidden(self, steps: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
         length = steps.shape[1]
         x = self.embed(steps) + self.position[:length]
+        causal = torch.ones(length, length, dtype=torch.bool, device=steps.device).triu(diagonal=1)  # True: hidden
+        return self.blocks(x, mask=causal, src_key_padding_mask=padding)
+
+    def every_prefix(self, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q(z | tau_t)`` for t = 0..L in one pass: ``steps (n, L, D)`` -> ``(mean, std)`` each ``(n, L+1, latent)``.
+
+        Index ``t`` is the posterior after ``t`` transitions (``t = 0``: the empty trajectory).
+        """
+        h = self._hidden(steps, None)
+        count = torch.arange(1, steps.shape[1] + 1, device=steps.device, dtype=h.dtype).view(1, -1, 1)
+        mean = torch.cumsum(self.mean_head(h), dim=1) / count
+        std = torch.cumsum(F.softplus(self.std_head(h)), dim=1) / count
+        first_mean = self.mean_head.bias.expand(steps.shape[0], 1, -1)
+        first_std = F.softplus(self.std_head.bias).expand(steps.shape[0], 1, -1)
+        return torch.cat([first_mean, mean], dim=1), torch.cat([first_std, std], dim=1) + 1e-4
+
+    def forward(self, steps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``steps (n, L, D)``, ``mask (n, L)`` (True = valid) -> ``(mean, std)`` each ``(n, latent_dim)``."""
         # Attention needs one key per row: rows with no valid step attend to step 0, and pooling drops it.
         empty = ~mask.any(dim=1)
         attend = mask.clone()
         attend[empty, 0] = True
-        h = self.blocks(x, src_key_padding_mask=~attend)
+        h = self._hidden(steps, ~attend)
         weights = mask.unsqueeze(-1).to(h.dtype)
         count = weights.sum(dim=1).clamp(min=1.0)
         mean = (self.mean_head(h) * weights).sum(dim=1) / count

@@ -180,20 +180,25 @@ class EpisodeBuffer:
             self.cursor = (self.cursor + 1) % self.capacity
             self.size = min(self.size + 1, self.capacity)
 
-    def sample(self, rng: np.random.Generator, batch: int, stage: Stage) -> dict[str, torch.Tensor]:
-        """Transitions ``(o_t, a_t, r_t, o_{t+1}, done)`` with rewards under ``stage``."""
-        episode = rng.integers(0, self.size, batch)
-        slot = rng.integers(0, SLOTS_PER_DAY, batch)
-        rewards = stage.rewards(
-            self.delivery[episode],
-            self.cost[episode],
-            self.roi_target[episode],
-            self.budget[episode],
-            self.oracle[episode],
-        )[np.arange(batch), slot]
+    def sample(
+        self, rng: np.random.Generator, batch: int, stage: Stage, per_episode: int = 16
+    ) -> dict[str, torch.Tensor]:
+        """``batch`` transitions ``(o_t, a_t, r_t, o_{t+1}, done)`` with rewards under ``stage``.
+
+        They come ``per_episode`` at a time from ``batch // per_episode`` episodes, so CBRL's encoder
+        reads each sampled episode once (``steps``) and ``row`` says which episode a transition is from.
+        """
+        groups = max(1, batch // per_episode)
+        chosen = rng.integers(0, self.size, groups)
+        row = np.repeat(np.arange(groups), per_episode)
+        episode = chosen[row]
+        slot = rng.integers(0, SLOTS_PER_DAY, groups * per_episode)
+        stats = (self.delivery, self.cost, self.roi_target, self.budget, self.oracle)
+        rewards = stage.rewards(*(x[chosen] for x in stats))[row, slot]
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
         return {
-            "steps": transitions(as_tensor(self.obs[episode]), as_tensor(self.ratios[episode])),
+            "steps": transitions(as_tensor(self.obs[chosen]), as_tensor(self.ratios[chosen])),
+            "row": torch.as_tensor(row),
             "seen": torch.as_tensor(slot),
             "obs": as_tensor(self.obs[episode, slot]),
             "ratio": as_tensor(self.ratios[episode, slot]),
@@ -269,7 +274,8 @@ class SACAgent:
         kl = torch.zeros(())
         if self.encoder is not None:
             # z ~ q(z | tau_{t-1}) (reparameterized), shared by o_t and o_{t+1} as in Eq. 8's target.
-            mean, std = self.encoder(batch["steps"], prefix_mask(batch["seen"]))
+            every_mean, every_std = self.encoder.every_prefix(batch["steps"])  # one pass per sampled episode
+            mean, std = every_mean[batch["row"], batch["seen"]], every_std[batch["row"], batch["seen"]]
             z = mean + std * torch.randn_like(std)
             kl = kl_to_standard_normal(mean, std).mean()
             obs, next_obs = torch.cat([obs, z], dim=1), torch.cat([next_obs, z.detach()], dim=1)
