@@ -19,7 +19,9 @@ their limits, so both terms are O(1).
       L_t^k = (1 - b_k (1 - t/T)^g) L,    B_t^k = h_k (1 - t/T)^g B
 
   which tighten early slots (reserve budget, demand ROI) and reach the original ``L`` and ``0`` at ``T``.
-* :func:`uscb_reward`: USCB's soft combination, ``min(D/D*, 1) - (gamma^{(L C / D - 1)_+} - 1)`` at ``T``.
+* :func:`uscb_reward`: USCB's soft combination, ``min(D/D*, 1) - (gamma^{(L C / D - 1)_+} - 1)`` at ``T``
+  (the G-metric's per-episode score, :func:`training.metrics.gmetric_scores`, with a tuned ``gamma``).
+* ``D* = 0`` follows the metrics' convention (``D / D*`` counts as 1; :mod:`training.metrics`).
 * :func:`lagrangian_reward`: RCPO's ``D/D* - lambda * violation`` at ``T``; lambda follows dual ascent
   (:class:`DualAscent`).
 """
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model.contract import SLOTS_PER_DAY
+from training.metrics import gmetric_scores, normalized_delivery
 
 
 def _roi(delivery: np.ndarray, cost: np.ndarray) -> np.ndarray:
@@ -47,10 +50,6 @@ def violation(delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, bu
     return roi_part + budget_part
 
 
-def _normalized(delivery: np.ndarray, oracle: np.ndarray) -> np.ndarray:
-    return np.divide(delivery, oracle, out=np.where(delivery > 0, 1.0, 0.0).astype(float), where=oracle > 0)
-
-
 def _terminal(n: int, values: np.ndarray) -> np.ndarray:
     rewards = np.zeros((n, SLOTS_PER_DAY))
     rewards[:, -1] = values
@@ -63,7 +62,7 @@ def indicator_reward(
     """Eq. (5): sparse, ``(n, T)``; nonzero only at the last slot."""
     total_d, total_c = delivery.sum(axis=1), cost.sum(axis=1)
     broken = violation(total_d, total_c, roi_target, budget)
-    return _terminal(len(total_d), np.where(broken > 0, -broken, _normalized(total_d, oracle)))
+    return _terminal(len(total_d), np.where(broken > 0, -broken, normalized_delivery(total_d, oracle)))
 
 
 def curriculum_limits(b: float, h: float, g: float, roi_target: np.ndarray, budget: np.ndarray):
@@ -100,11 +99,9 @@ def curriculum_reward(
 def uscb_reward(
     delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, oracle: np.ndarray, gamma: float
 ) -> np.ndarray:
-    """USCB's soft combination at ``T``: ``min(D/D*, 1) - (gamma^{(L C / D - 1)_+} - 1)``, violation capped at 10."""
+    """USCB's soft combination at ``T``: its episode's G-metric score with base ``gamma`` (SPEC 4's formula)."""
     total_d, total_c = delivery.sum(axis=1), cost.sum(axis=1)
-    relative = np.divide(roi_target * total_c, total_d, out=np.where(total_c > 0, np.inf, 1.0), where=total_d > 0)
-    excess = np.minimum(np.maximum(relative - 1.0, 0.0), 10.0)
-    return _terminal(len(total_d), np.minimum(_normalized(total_d, oracle), 1.0) - (gamma**excess - 1.0))
+    return _terminal(len(total_d), gmetric_scores(total_d, total_c, roi_target, oracle, gamma=gamma))
 
 
 def lagrangian_reward(
@@ -118,7 +115,7 @@ def lagrangian_reward(
     """RCPO's penalized reward at ``T``: ``D/D* - lambda * violation``."""
     total_d, total_c = delivery.sum(axis=1), cost.sum(axis=1)
     penalty = multiplier * violation(total_d, total_c, roi_target, budget)
-    return _terminal(len(total_d), _normalized(total_d, oracle) - penalty)
+    return _terminal(len(total_d), normalized_delivery(total_d, oracle) - penalty)
 
 
 @dataclass
