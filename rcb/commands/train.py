@@ -47,7 +47,7 @@ def train_command(
                 def tick(log) -> None:
                     bar.update(task, completed=log.epoch + 1)
                     bar.console.print(
-                        f"epoch {log.epoch:3d} [{log.stage}] train {log.train_score:.3f}"
+                        f"epoch {log.epoch:3d} ({log.stage}) train {log.train_score:.3f}"
                         f" validation {log.validation_score:.3f}"
                     )
 
