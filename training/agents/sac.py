@@ -84,6 +84,8 @@ class SACConfig:
     """Size of CBRL's latent z (ignored by hard and crl)."""
     kl_weight: float = 0.01
     """Weight of KL(q || N(0, I)) against the critic's squared Bellman error in the ELBO (Eq. 8)."""
+    torch_threads: int = 1
+    """Intra-op threads: the networks are small, so one thread is fastest and leaves a core for the simulator."""
     validation_fraction: float = 0.2
     """Share of the train days held out for model selection."""
     seed: int = 0
@@ -350,6 +352,7 @@ def train(
     Resuming (``state`` from a checkpoint, ``start_epoch`` after the last finished epoch) restores the
     networks, optimizers, schedules and torch's generator; the replay buffer starts empty and refills.
     """
+    torch.set_num_threads(config.torch_threads)
     rng = np.random.default_rng([config.seed, start_epoch])
     agent = SACAgent(config)
     if state is not None:
