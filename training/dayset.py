@@ -105,5 +105,19 @@ class DaySet:
             reference_delivery=np.full(len(self) * repeats, self.reference),
         )
 
+    def subset(self, chosen: np.ndarray) -> DaySet:
+        """The days at positions ``chosen``, sharing this set's loaded logs (indexes are rebuilt on use)."""
+        return DaySet(
+            market=self.market,
+            split=self.split,
+            setting=self.setting,
+            entries=[self.entries[i] for i in chosen],
+            logs=[self.logs[i] for i in chosen],
+            oracle_delivery=self.oracle_delivery[chosen],
+            roi_target=self.roi_target[chosen],
+            budget=self.budget[chosen],
+            reference=self.reference,
+        )
+
     def episode_days(self, repeats: int = 1) -> np.ndarray:
         return np.tile(np.arange(len(self)), repeats)

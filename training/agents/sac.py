@@ -332,12 +332,7 @@ def play_days(bidder: Bidder, days: DaySet, chosen: np.ndarray, repeats: int, se
 
 def score(outcome: Outcome, days: DaySet, chosen: np.ndarray) -> float:
     """Mean ``D / D* * 1[feasible]`` over the episodes of ``chosen`` (played once each)."""
-    sub = DaySet(
-        market=days.market, split=days.split, setting=days.setting, entries=[days.entries[i] for i in chosen],
-        logs=[], oracle_delivery=days.oracle_delivery[chosen], roi_target=days.roi_target[chosen],
-        budget=days.budget[chosen], reference=days.reference,
-    )  # fmt: skip
-    return float(episode_scores(outcome.delivery, outcome.cost, sub).mean())
+    return float(episode_scores(outcome.delivery, outcome.cost, days.subset(chosen)).mean())
 
 
 def train(
