@@ -18,7 +18,6 @@ import typer
 from model.contract import Setting
 from rcb.commands.common import print_json, user_errors
 
-SC_ROI_TARGET = 1.0
 """The SC setting's ROI target (SPEC 1); it has no budget."""
 
 
@@ -48,14 +47,11 @@ def simulate_day(data_dir: Path, day: int, setting: Setting, ratios: list[float]
 
     from training.market.dataset import Market
     from training.metrics import is_feasible
+    from training.oracle import setting_constraints
     from training.simulator import BatchedReplay, DayIndex
 
     market = Market.open(data_dir)
-    entry = market.entry(day)
-    if setting is Setting.MC:
-        roi_target, budget = entry.mc.roi_target, entry.mc.budget
-    else:
-        roi_target, budget = SC_ROI_TARGET, math.inf
+    roi_target, budget = setting_constraints(market.entry(day), setting)
     env = BatchedReplay([DayIndex(market.load(day))], np.zeros(1, dtype=np.int64), np.array([budget]))
     slots = []
     for t, ratio in enumerate(ratios):
