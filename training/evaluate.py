@@ -9,10 +9,10 @@ deterministic methods give the same episodes for every seed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ from training.bidders import cem, pid, rm
 from training.bidders.base import Bidder, play
 from training.dayset import DaySet
 from training.evaluation_report import per_seed_metrics
+from training.files import atomic_write_text
 from training.market.dataset import Market, MarketError
 from training.metrics import is_feasible, normalized_delivery, roi
 from training.oracle import OracleKind, Setting, market_oracle
@@ -101,13 +102,8 @@ def tuned_baseline(
             pass  # unreadable cache: tune again
     bidder, score = module.tune(train(), seed=TUNING_SEED, progress=progress)
     record = {"key": key, "method": method, "setting": str(setting), "train_score": score, "params": bidder.params()}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record, indent=1))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # read-only market: tuned again next time
+    with contextlib.suppress(OSError):  # read-only market: tuned again next time
+        atomic_write_text(path, json.dumps(record, indent=1))
     return bidder, record
 
 

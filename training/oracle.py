@@ -56,7 +56,6 @@ import json
 import math
 import os
 import sys
-import uuid
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
@@ -67,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from model.contract import SLOTS_PER_DAY, Setting
+from training.files import atomic_write_text
 from training.market.constraints import CURVE_GRID
 from training.market.dataset import DayEntry, Market, MarketError
 from training.simulator import BatchedReplay, DayIndex
@@ -702,16 +702,9 @@ def _read_cache(path: Path, fingerprint: str) -> OracleResult | None:
 
 
 def _write_cache(path: Path, fingerprint: str, result: OracleResult) -> None:
-    """Atomically (temporary file, then ``os.replace``) so a reader never sees half an answer."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        tmp.write_text(
-            json.dumps({"fingerprint": fingerprint, "semantics": SEMANTICS_VERSION, "result": result.to_dict()})
-        )
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Atomically, so a reader never sees half an answer."""
+    body = {"fingerprint": fingerprint, "semantics": SEMANTICS_VERSION, "result": result.to_dict()}
+    atomic_write_text(path, json.dumps(body))
 
 
 def _warn(message: str) -> None:

@@ -16,7 +16,6 @@ import csv
 import datetime as dt
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +29,7 @@ from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
 from training.agents.sac import CURRICULA, TRANSITION_DIM, EpochLog, PolicyBidder, SACAgent, SACConfig, train
 from training.dayset import DaySet
+from training.files import atomic_write, atomic_write_text
 from training.market.dataset import Market
 
 RUN_FILE = "run.json"
@@ -48,15 +48,11 @@ def data_fingerprint(market: Market) -> str:
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def _write_json(body: dict[str, Any], path: Path) -> None:
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(body, indent=1, default=str))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(body, indent=1, default=str))
 
 
 def run_training(
