@@ -72,14 +72,13 @@ def parse_methods(text: str) -> list[str]:
 
 
 def _tuning_key(market: Market, method: str, setting: Setting) -> str:
-    train = market.split("train")
     payload = json.dumps(
         {
             "method": method,
             "setting": str(setting),
             "version": TUNING_VERSION,
             "seed": TUNING_SEED,
-            "days": [[e.day, market.fingerprint(e.day), e.mc.roi_target, e.mc.budget] for e in train],
+            "train_days": market.split_fingerprint("train"),
         },
         sort_keys=True,
     )

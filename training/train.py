@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
@@ -41,12 +40,6 @@ class RunError(ValueError):
     """A run directory that cannot be created, resumed or loaded."""
 
 
-def data_fingerprint(market: Market) -> str:
-    """sha256 over the train days' files and constraints: what the policy was fitted to."""
-    days = [[e.day, market.fingerprint(e.day), e.mc.roi_target, e.mc.budget] for e in market.split("train")]
-    return hashlib.sha256(json.dumps(days).encode()).hexdigest()
-
-
 def _atomic_save(obj: Any, path: Path) -> None:
     atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
@@ -65,7 +58,7 @@ def run_training(
 ) -> dict[str, Any]:
     """Train (or resume) a run into ``out``; return the final ``run.json`` body."""
     market = Market.open(data)
-    fingerprint = data_fingerprint(market)
+    fingerprint = market.split_fingerprint("train")  # what the policy is fitted to
     run_file = out / RUN_FILE
     history: list[dict[str, Any]] = []
     start_epoch = 0

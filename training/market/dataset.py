@@ -134,3 +134,8 @@ class Market:
     def fingerprint(self, day: int) -> str:
         """Content hash of a day's file (what caches are keyed by)."""
         return file_sha256(self.root / self.entry(day).file)
+
+    def split_fingerprint(self, split: str) -> str:
+        """sha256 over a split's day files and MC constraints: what a model tuned or trained on it saw."""
+        days = [[e.day, self.fingerprint(e.day), e.mc.roi_target, e.mc.budget] for e in self.split(split)]
+        return hashlib.sha256(json.dumps(days).encode()).hexdigest()
