@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.files import atomic_write_text
 from training.market.logs import read_log
 from training.market.schema import DayLog
 
@@ -104,9 +105,8 @@ class Market:
         return cls(root=root, days=sorted(days, key=lambda e: e.day), source=raw.get("source", {}))
 
     def save(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
         body = {"format": FORMAT, "source": self.source, "days": [d.to_dict() for d in self.days]}
-        (self.root / MANIFEST).write_text(json.dumps(body, indent=1))
+        atomic_write_text(self.root / MANIFEST, json.dumps(body, indent=1))  # never a half-written manifest
 
     def entry(self, day: int) -> DayEntry:
         for entry in self.days:
