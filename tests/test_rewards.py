@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.contract import SLOTS_PER_DAY
-from training.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, stage_at
+from training.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, RegretCurriculum, stage_at
 from training.rewards import (
     DualAscent,
     curriculum_limits,
@@ -122,3 +122,25 @@ def test_paper_curriculum_schedule():
     d, c = _episode(2.0, 1.0)
     args = (d, c, np.array([1.0]), np.array([np.inf]), np.array([96.0]))
     np.testing.assert_array_equal(stage_at(6).rewards(*args), indicator_reward(*args))
+
+
+def test_automated_curriculum_relaxes_b_where_the_proxy_punishes_feasible_days():
+    # Feasible in the end (ROI 1.25 >= L = 1) but below L in the morning: the proxy of a tight curriculum
+    # punishes the morning, so regret minimization loosens b; it stays in [0, 1].
+    d = np.zeros((4, T))
+    c = np.ones((4, T))
+    d[:, :12] = 0.8
+    d[:, 12:] = 1.4
+    roi_target, budget, oracle = np.ones(4), np.full(4, np.inf), np.full(4, 60.0)
+    assert violation(d.sum(1), c.sum(1), roi_target, budget).max() == 0
+    auto = RegretCurriculum.of(PAPER_CURRICULUM)
+    assert auto.b == {"cold start": 0.1, "warm-up": 0.2}
+    stage = auto.stage(stage_at(0))
+    before = stage.rewards(d, c, roi_target, budget, oracle).sum()
+    learned = auto.update(stage, d, c, roi_target, budget, oracle)
+    assert 0.1 < learned <= 1.0 and auto.b["cold start"] == learned and auto.b["warm-up"] == 0.2
+    assert auto.stage(stage_at(0)).rewards(d, c, roi_target, budget, oracle).sum() > before
+    # No feasible episode: nothing to learn from; the original problem has no b.
+    assert auto.update(stage, d, c * 10, roi_target, budget, oracle) == learned
+    assert np.isnan(auto.update(stage_at(6), d, c, roi_target, budget, oracle))
+    assert auto.stage(stage_at(6)) == stage_at(6)

@@ -12,7 +12,7 @@ from conftest import random_day_log
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.features import N_FEATURES
 from model.history import Registration
-from training.agents.networks import TanhGaussianPolicy, TwinQ
+from training.agents.networks import PREV_RATIO, TanhGaussianPolicy, TwinQ
 from training.agents.sac import EpisodeBuffer, PolicyBidder, SACAgent, SACConfig, split_validation
 from training.bidders.base import play
 from training.curriculum import PAPER_CURRICULUM, stage_at
@@ -25,7 +25,8 @@ def test_policy_ratios_stay_in_range_and_log_density_integrates_to_one():
     policy = TanhGaussianPolicy(N_FEATURES, hidden=16)
     obs = torch.randn(512, N_FEATURES) * 3
     with torch.no_grad():
-        ratio, log_prob = policy.sample(obs)
+        ratio, action, log_prob = policy.sample(obs)
+    assert torch.allclose(policy.to_action(obs, ratio), action, atol=1e-5)
     assert ratio.shape == (512,) and log_prob.shape == (512,)
     assert float(ratio.min()) >= 0.0 and float(ratio.max()) <= RATIO_MAX
     assert torch.all((policy.act(obs) >= 0) & (policy.act(obs) <= RATIO_MAX))
@@ -39,8 +40,34 @@ def test_policy_ratios_stay_in_range_and_log_density_integrates_to_one():
     std = log_std.exp()
     density = torch.exp(-0.5 * ((u - mean) / std) ** 2) / (std * math.sqrt(2 * math.pi)) / (2.0 * (1 - squashed**2))
     assert float(torch.trapezoid(density, grid)) == pytest.approx(1.0, abs=0.02)
-    q1, q2 = TwinQ(N_FEATURES, hidden=16)(obs, ratio)
+    q1, q2 = TwinQ(N_FEATURES, hidden=16)(obs, action)
     assert q1.shape == q2.shape == (512,)
+
+
+def test_relative_actions_scale_the_last_ratio_and_invert():
+    torch.manual_seed(0)
+    policy = TanhGaussianPolicy(N_FEATURES, hidden=16, step=0.3, start_ratio=0.9)
+    obs = torch.rand(256, N_FEATURES)
+    obs[:128, PREV_RATIO] = 0.0  # the first slot: no previous ratio
+    with torch.no_grad():
+        ratio, action, log_prob = policy.sample(obs)
+        mean_ratio = policy.act(obs)
+    base = torch.where(obs[:, PREV_RATIO] > 0, obs[:, PREV_RATIO] * RATIO_MAX, torch.tensor(0.9))
+    unclipped = base * torch.exp(0.3 * action)
+    assert torch.allclose(ratio, unclipped.clamp(max=RATIO_MAX), atol=1e-5)
+    assert bool(torch.all(ratio[:128] >= 0.9 * math.exp(-0.3) - 1e-6)) and bool(
+        torch.all(ratio[:128] <= 0.9 * math.exp(0.3) + 1e-6)
+    )
+    assert bool(torch.all((mean_ratio > 0) & (mean_ratio <= RATIO_MAX)))
+    inside = unclipped < RATIO_MAX
+    assert torch.allclose(policy.to_action(obs, ratio)[inside], action[inside], atol=1e-5)
+    # The log-density is of the log-ratio change: no term in the ratio level (which would pay to bid high).
+    with torch.no_grad():
+        mean, log_std = policy.distribution(obs)
+    u = torch.atanh(action.clamp(-1 + 1e-6, 1 - 1e-6))
+    expected = torch.distributions.Normal(mean, log_std.exp()).log_prob(u) - torch.log(0.3 * (1 - action**2) + 1e-6)
+    steady = action.abs() < 0.99
+    assert torch.allclose(log_prob[steady], expected[steady], atol=1e-3)
 
 
 def _filled_buffer() -> EpisodeBuffer:
@@ -71,6 +98,25 @@ def test_buffer_relabels_rewards_with_the_current_stage():
     later = buffer.sample(np.random.default_rng(0), 64, stage_at(6, PAPER_CURRICULUM))
     np.testing.assert_allclose(later["reward"].numpy(), sparse[episode, slot], rtol=1e-6, atol=1e-7)
     assert torch.equal(later["done"], torch.as_tensor(slot == SLOTS_PER_DAY - 1, dtype=torch.float32))
+
+
+def test_n_step_returns_sum_discounted_rewards_and_bootstrap_n_slots_ahead():
+    buffer = _filled_buffer()
+    stage = stage_at(0, PAPER_CURRICULUM)
+    n, gamma = 5, 0.9
+    batch = buffer.sample(np.random.default_rng(0), 64, stage, n_step=n, gamma=gamma)
+    dense = curriculum_reward(buffer.delivery, buffer.cost, buffer.roi_target, buffer.budget, buffer.oracle, b=0.1)
+    rng = np.random.default_rng(0)
+    episode = np.repeat(rng.integers(0, 3, 4), 16)
+    slot = rng.integers(0, SLOTS_PER_DAY, 64)
+    for k in range(64):
+        e, t = episode[k], slot[k]
+        end = min(t + n, SLOTS_PER_DAY)
+        expected = sum(gamma ** (i - t) * dense[e, i] for i in range(t, end))
+        assert float(batch["reward"][k]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+        np.testing.assert_array_equal(batch["next_obs"][k].numpy(), buffer.obs[e, end])
+        assert bool(batch["done"][k]) == (end == SLOTS_PER_DAY)
+        assert float(batch["discount"][k]) == pytest.approx(gamma ** (end - t))
 
 
 def test_updates_fit_the_critic_and_are_seeded():

@@ -9,11 +9,12 @@ with ``h = 0.95`` and ``g = 3``, then ``P_0`` for the remaining epochs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from training.rewards import curriculum_reward, indicator_reward, lagrangian_reward, uscb_reward
+from model.contract import SLOTS_PER_DAY
+from training.rewards import curriculum_reward, indicator_reward, lagrangian_reward, uscb_reward, violation
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,11 @@ class Stage:
     """Share of the budget held in reserve at the start of the day."""
     g: float = 3.0
     """Power of the limits' approach to the final constraints."""
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the reward comes at the day's end only (the original problem and the soft-combination rivals)."""
+        return self.b is None
 
     def rewards(
         self, delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, budget: np.ndarray, oracle: np.ndarray
@@ -82,3 +88,75 @@ def stage_at(epoch: int, stages: tuple[Stage, ...] = PAPER_CURRICULUM) -> Stage:
             return stage
         start += stage.epochs
     return stages[-1]
+
+
+@dataclass
+class RegretCurriculum:
+    """The automated curriculum (paper appendix, "Curriculum Design"): learn each proxy problem's ``b_k``.
+
+    Objective, over the feasible episodes of an epoch's collection (``1_F``)::
+
+        min_{b_k}  E[(D_T - sum_t R'_t(b_k)) 1_F]
+
+    i.e. make the proxy return of curriculum ``k`` agree with the true delivery where the episode ends
+    feasible, so the proxy does not punish behaviour that was fine in the end. The indicator of Eq. (7)'s
+    slot constraint ``ROI_t >= L_t^k`` is not differentiable in ``b_k``; it is smoothed by a logistic
+    ``sigmoid(v (ROI_t - L_t^k) / L)`` with slope ``v = 10`` (the paper's printed form of this function is
+    garbled; the logistic is its evident intent), and ``b_k`` takes Adam steps (lr 3e-3) clipped to [0, 1].
+    Delivery is normalized by ``D*`` as everywhere, so ``D_T`` here is ``D_T / D*``.
+    """
+
+    b: dict[str, float]
+    """The current ``b_k`` of every curriculum stage, by stage name."""
+    slope: float = 10.0
+    learning_rate: float = 3e-3
+    steps: int = 20
+    """Adam steps per epoch."""
+
+    @classmethod
+    def of(cls, stages: tuple[Stage, ...]) -> RegretCurriculum:
+        return cls(b={s.name: float(s.b) for s in stages if s.b is not None})
+
+    def stage(self, stage: Stage) -> Stage:
+        """``stage`` with its learned ``b_k`` (the original problem passes through)."""
+        return stage if stage.b is None else replace(stage, b=self.b[stage.name])
+
+    def update(
+        self,
+        stage: Stage,
+        delivery: np.ndarray,
+        cost: np.ndarray,
+        roi_target: np.ndarray,
+        budget: np.ndarray,
+        oracle: np.ndarray,
+    ) -> float:
+        """Adam steps on ``b`` of ``stage`` from one epoch's episodes; returns the new ``b``."""
+        import torch  # training-only dependency, imported where the automated curriculum is used
+
+        if stage.b is None:
+            return float("nan")
+        feasible = violation(delivery.sum(axis=1), cost.sum(axis=1), roi_target, budget) <= 0
+        if not feasible.any():
+            return self.b[stage.name]
+        as_tensor = lambda x: torch.as_tensor(x[feasible], dtype=torch.float64)  # noqa: E731
+        d, c, target, scale = as_tensor(delivery), as_tensor(cost), as_tensor(roi_target), as_tensor(oracle)
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        cum_d, cum_c = torch.cumsum(d, dim=1), torch.cumsum(c, dim=1)
+        roi = torch.where(cum_c > 0, cum_d / cum_c.clamp(min=1e-12), torch.full_like(cum_d, 1e6))
+        remaining = torch.as_tensor((1.0 - np.arange(1, SLOTS_PER_DAY + 1) / SLOTS_PER_DAY) ** stage.g)
+        b = torch.tensor(self.b[stage.name], dtype=torch.float64, requires_grad=True)
+        optimizer = torch.optim.Adam([b], lr=self.learning_rate)
+        true_return = d.sum(dim=1) / scale
+        for _ in range(self.steps):
+            limit = (1.0 - b * remaining)[None, :] * target[:, None]
+            gap = (roi - limit) / target[:, None]
+            holds = torch.sigmoid(self.slope * gap)
+            proxy = holds * d / scale[:, None] - (1.0 - holds) * torch.clamp(-gap, min=0.0)
+            regret = (true_return - proxy.sum(dim=1)).mean()
+            optimizer.zero_grad()
+            regret.backward()
+            optimizer.step()
+            with torch.no_grad():
+                b.clamp_(0.0, 1.0)
+        self.b[stage.name] = float(b.detach())
+        return self.b[stage.name]

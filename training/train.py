@@ -128,6 +128,7 @@ def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
         "schedulers": [s.state_dict() for s in agent.schedulers],
         "updates": agent.updates,
         "multiplier": agent.multiplier,
+        "curriculum_b": agent.curriculum_b,
         "torch_rng": torch.get_rng_state(),
     }
 
@@ -166,7 +167,9 @@ def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:
     saved = torch.load(run / "best.pt", weights_only=False)
     config = saved["config"]
     latent = config["latent_dim"] if saved["encoder"] is not None else 0
-    policy = TanhGaussianPolicy(N_FEATURES + latent, config["hidden"])
+    policy = TanhGaussianPolicy(
+        N_FEATURES + latent, config["hidden"], config.get("action_step", 0.0), config.get("start_ratio", 1.0)
+    )
     policy.load_state_dict(saved["actor"])
     encoder = None
     if saved["encoder"] is not None:

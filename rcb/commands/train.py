@@ -18,7 +18,9 @@ def train_command(
     algo: Annotated[
         str,
         typer.Option(
-            "--algo", help="hard (sparse indicator reward), crl (curriculum) or cbrl (curriculum + posterior encoder)."
+            "--algo",
+            help="hard (sparse indicator reward), crl (curriculum), cbrl (curriculum + posterior encoder),"
+            " uscb (gamma^violation penalty) or rcpo (Lagrangian).",
         ),
     ] = "crl",
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Training epochs.")] = 30,
@@ -27,10 +29,16 @@ def train_command(
     updates_per_epoch: Annotated[
         int, typer.Option("--updates-per-epoch", min=1, help="Gradient steps per epoch.")
     ] = 400,
+    auto_curriculum: Annotated[
+        bool,
+        typer.Option(
+            "--auto-curriculum", help="crl/cbrl: learn each stage's ROI relaxation b_k (regret minimization)."
+        ),
+    ] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
-    """Train SAC with the indicator reward (hard) or the paper's curriculum (crl); resumable, with curves."""
+    """Train SAC (CBRL or a rival) on the train days; resumable, with a progress bar and learning curves."""
     from training.agents.sac import SACConfig
     from training.train import ALGOS, RunError, run_training
 
@@ -39,7 +47,12 @@ def train_command(
     with user_errors():
         try:
             config = SACConfig(
-                algo=algo, epochs=epochs, seed=seed, updates_per_epoch=updates_per_epoch, uscb_gamma=uscb_gamma
+                algo=algo,
+                epochs=epochs,
+                seed=seed,
+                updates_per_epoch=updates_per_epoch,
+                uscb_gamma=uscb_gamma,
+                auto_curriculum=auto_curriculum,
             )
             with progress(quiet=json) as bar:
                 task = bar.add_task(f"training {algo} on {setting.value}", total=epochs)

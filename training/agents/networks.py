@@ -12,8 +12,11 @@ import torch
 from torch import nn
 
 from model.contract import RATIO_MAX, RATIO_MIN
+from model.features import FEATURE_NAMES
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+PREV_RATIO = FEATURE_NAMES.index("prev_ratio")
+"""Where the last ratio sits in the observation (relative actions scale it)."""
 
 
 def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
@@ -23,11 +26,23 @@ def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
 
 
 class TanhGaussianPolicy(nn.Module):
-    """``u ~ N(mu(o), sigma(o))``, ``ratio = RATIO_MIN + (tanh(u) + 1) / 2 * (RATIO_MAX - RATIO_MIN)``."""
+    """A squashed Gaussian ``u ~ N(mu(o), sigma(o))`` mapped to a bid ratio in ``[RATIO_MIN, RATIO_MAX]``.
 
-    def __init__(self, inputs: int, hidden: int = 128):
+    Two parameterizations of the ratio (``step`` picks):
+
+    * ``step == 0``, **absolute**: ``ratio = RATIO_MIN + (tanh(u) + 1) / 2 * (RATIO_MAX - RATIO_MIN)``;
+    * ``step > 0``, **relative**: ``ratio = min(base * exp(step * tanh(u)), RATIO_MAX)`` where ``base`` is
+      the previous slot's ratio (read back from the ``prev_ratio`` feature) or ``start_ratio`` in the
+      first slot. Each action then moves the ratio *level*, which persists, instead of setting one slot's
+      ratio out of 48: the critic sees effects 48 times larger, the credit assignment that makes
+      PID controllers work. The observation and the output stay a ratio, so serving is unchanged.
+    """
+
+    def __init__(self, inputs: int, hidden: int = 128, step: float = 0.0, start_ratio: float = 1.0):
         super().__init__()
         self.body = mlp(inputs, hidden, 2)
+        self.step = float(step)
+        self.start_ratio = float(start_ratio)
         self.register_buffer("scale", torch.tensor((RATIO_MAX - RATIO_MIN) / 2.0))
         self.register_buffer("offset", torch.tensor((RATIO_MAX + RATIO_MIN) / 2.0))
 
@@ -35,34 +50,58 @@ class TanhGaussianPolicy(nn.Module):
         mean, log_std = self.body(observation).unbind(-1)
         return mean, torch.clamp(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
-    def sample(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterized ratio and its log-density (tanh and scale change of variables included)."""
+    def base(self, observation: torch.Tensor) -> torch.Tensor:
+        """The ratio a relative action scales: the last slot's, or ``start_ratio`` before any."""
+        previous = observation[..., PREV_RATIO] * RATIO_MAX
+        return torch.where(previous > 0, previous, torch.full_like(previous, self.start_ratio))
+
+    def to_ratio(self, observation: torch.Tensor, squashed: torch.Tensor) -> torch.Tensor:
+        """The ratio of a squashed action ``tanh(u)`` in ``[-1, 1]``."""
+        if self.step == 0:
+            return self.offset + self.scale * squashed
+        return torch.clamp(self.base(observation) * torch.exp(self.step * squashed), RATIO_MIN, RATIO_MAX)
+
+    def to_action(self, observation: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`to_ratio`, clipped to ``[-1, 1]``: what the critics take as the action."""
+        if self.step == 0:
+            return (ratio - self.offset) / self.scale
+        base = self.base(observation)
+        return torch.clamp(torch.log(torch.clamp(ratio, min=1e-6) / base) / self.step, -1.0, 1.0)
+
+    def sample(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A reparameterized ratio, its squashed action ``tanh(u)`` and its log-density (see below)."""
         mean, log_std = self.distribution(observation)
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         squashed = torch.tanh(u)
+        ratio = self.to_ratio(observation, squashed)
+        # |d ratio / d u| is scale (1 - tanh^2) for absolute actions. For relative ones the density is of
+        # the log-ratio change (step (1 - tanh^2)): in ratio space it would grow with the ratio, and the
+        # entropy bonus would then pay the policy to bid high.
+        slope = self.scale if self.step == 0 else torch.tensor(self.step)
         log_prob = (
             -0.5 * ((u - mean) / std) ** 2
             - log_std
             - 0.5 * math.log(2 * math.pi)
-            - torch.log(self.scale * (1 - squashed.pow(2)) + 1e-6)
+            - torch.log(slope * (1 - squashed.pow(2)) + 1e-6)
         )
-        return self.offset + self.scale * squashed, log_prob
+        return ratio, squashed, log_prob
 
     def act(self, observation: torch.Tensor) -> torch.Tensor:
         """The deterministic ratio (the mean's image): what evaluation and export use."""
         mean, _ = self.distribution(observation)
-        return self.offset + self.scale * torch.tanh(mean)
+        return self.to_ratio(observation, torch.tanh(mean))
 
 
 class TwinQ(nn.Module):
-    """Two independent Q networks on (observation, ratio); SAC uses their minimum."""
+    """Two independent Q networks on (observation, squashed action); SAC uses their minimum."""
 
     def __init__(self, inputs: int, hidden: int = 128):
         super().__init__()
         self.q1 = mlp(inputs + 1, hidden, 1)
         self.q2 = mlp(inputs + 1, hidden, 1)
 
-    def forward(self, observation: torch.Tensor, ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.cat([observation, (ratio / RATIO_MAX).unsqueeze(-1)], dim=-1)
+    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``action``: the squashed action in ``[-1, 1]`` (:meth:`TanhGaussianPolicy.to_action` of the ratio)."""
+        x = torch.cat([observation, action.unsqueeze(-1)], dim=-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)

@@ -25,12 +25,21 @@ import torch.nn.functional as F
 from model.contract import SLOTS_PER_DAY
 from model.features import N_FEATURES, observe
 from model.history import History, Registration
-from model.sampling import noise_batch
-from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal, prefix_mask, transitions
+from model.sampling import offline_noise
+from model.trajectory import episode_steps
+from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal, transitions
 from training.agents.networks import TanhGaussianPolicy, TwinQ
 from training.bidders.base import Bidder, Outcome, play
 from training.bidders.tuning import episode_scores
-from training.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, LagrangianStage, Stage, USCBStage, stage_at
+from training.curriculum import (
+    PAPER_CURRICULUM,
+    SPARSE_ONLY,
+    LagrangianStage,
+    RegretCurriculum,
+    Stage,
+    USCBStage,
+    stage_at,
+)
 from training.dayset import DaySet
 from training.rewards import DualAscent, violation
 
@@ -63,6 +72,11 @@ class SACConfig:
     buffer_episodes: int = 4000
     """Replay capacity in whole episodes (48 transitions each)."""
     gamma: float = 0.99
+    n_step: int = 1
+    """Critic targets from ``n``-step returns in the stages whose reward comes at the day's end only (the
+    original problem, USCB, RCPO): the terminal reward reaches early slots in 48 / n bootstraps instead of
+    48 (a slight off-policy bias, the usual trade). Dense curriculum stages keep 1-step targets: summed
+    slot penalties there made the critic's targets large and the policy stop bidding."""
     tau: float = 0.005
     """Polyak factor of the target critics."""
     learning_rate: float = 3e-4
@@ -70,8 +84,17 @@ class SACConfig:
     lr_milestones: tuple[int, ...] = (4000, 8000, 12000)
     """Gradient steps at which every learning rate halves (appendix)."""
     hidden: int = 128
+    action_step: float = 0.0
+    """0: the policy sets the ratio on [0, 4] directly; > 0: it multiplies the last ratio by
+    ``exp(action_step * tanh(u))`` (relative actions, :class:`TanhGaussianPolicy`)."""
+    start_ratio: float = 1.0
+    """Relative actions: the ratio the first slot's action scales."""
     initial_alpha: float = 0.1
     """Starting entropy temperature (then tuned automatically toward entropy -1)."""
+    target_entropy: float = -1.0
+    """SAC's entropy target for the temperature, in nats of the ratio's (absolute) or the log-ratio
+    change's (relative actions) density. Relative actions compound: a slot's noise persists, so they
+    want a lower target than the usual ``-dim(action)``."""
     reward_scale: float = 1.0
     """Multiplies every reward (D/D* and normalized violations are O(1) per episode)."""
     uscb_gamma: float = 3.0
@@ -86,6 +109,9 @@ class SACConfig:
     """Weight of KL(q || N(0, I)) against the critic's squared Bellman error in the ELBO (Eq. 8)."""
     torch_threads: int = 1
     """Intra-op threads: the networks are small, so one thread is fastest and leaves a core for the simulator."""
+    auto_curriculum: bool = False
+    """Learn each curriculum stage's ROI relaxation ``b_k`` by regret minimization (appendix) instead of
+    keeping the paper's fixed 0.1 and 0.2 (crl and cbrl only)."""
     validation_fraction: float = 0.2
     """Share of the train days held out for model selection."""
     seed: int = 0
@@ -144,12 +170,9 @@ class PolicyBidder(Bidder):
     def _posterior_sample(self, history: History) -> torch.Tensor:
         assert self.encoder is not None
         t = history.slot
-        observations = np.zeros((history.n, SLOTS_PER_DAY + 1, N_FEATURES), dtype=np.float32)
-        observations[:, : t + 1] = np.stack(self.observations, axis=1)
-        steps = transitions(torch.as_tensor(observations), torch.as_tensor(history.ratios, dtype=torch.float32))
-        mean, std = self.encoder(steps, prefix_mask(torch.full((history.n,), t)))
-        keys = [f"episode-{k}" for k in range(history.n)]
-        eps = noise_batch(self.seed, keys, ["offline"] * history.n, t, self.encoder.latent_dim)
+        steps, mask = episode_steps(np.stack(self.observations, axis=1), history.ratios[:, :t])
+        mean, std = self.encoder(torch.as_tensor(steps), torch.as_tensor(mask))
+        eps = offline_noise(self.seed, history.n, t, self.encoder.latent_dim)
         return mean + std * torch.as_tensor(eps, dtype=torch.float32)
 
 
@@ -183,11 +206,19 @@ class EpisodeBuffer:
             self.size = min(self.size + 1, self.capacity)
 
     def sample(
-        self, rng: np.random.Generator, batch: int, stage: Stage, per_episode: int = 16
+        self,
+        rng: np.random.Generator,
+        batch: int,
+        stage: Stage,
+        per_episode: int = 16,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> dict[str, torch.Tensor]:
-        """``batch`` transitions ``(o_t, a_t, r_t, o_{t+1}, done)`` with rewards under ``stage``.
+        """``batch`` transitions ``(o_t, a_t, R_t, o_{t+n}, done, discount)`` with rewards under ``stage``.
 
-        They come ``per_episode`` at a time from ``batch // per_episode`` episodes, so CBRL's encoder
+        ``R_t = sum_{k<n} gamma^k r_{t+k}`` is the ``n``-step return, cut at the day's end; ``o_{t+n}`` the
+        observation it bootstraps from and ``discount = gamma^n`` its weight (``done`` when the day ended
+        first). They come ``per_episode`` at a time from ``batch // per_episode`` episodes, so CBRL's encoder
         reads each sampled episode once (``steps``) and ``row`` says which episode a transition is from.
         """
         groups = max(1, batch // per_episode)
@@ -196,7 +227,13 @@ class EpisodeBuffer:
         episode = chosen[row]
         slot = rng.integers(0, SLOTS_PER_DAY, groups * per_episode)
         stats = (self.delivery, self.cost, self.roi_target, self.budget, self.oracle)
-        rewards = stage.rewards(*(x[chosen] for x in stats))[row, slot]
+        rewards = stage.rewards(*(x[chosen] for x in stats))
+        ahead = slot[:, None] + np.arange(n_step)[None, :]  # the slots an n-step return sums
+        inside = ahead < SLOTS_PER_DAY
+        returns = (
+            rewards[row[:, None], np.minimum(ahead, SLOTS_PER_DAY - 1)] * inside * gamma ** np.arange(n_step)
+        ).sum(1)
+        bootstrap = np.minimum(slot + n_step, SLOTS_PER_DAY)
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
         return {
             "steps": transitions(as_tensor(self.obs[chosen]), as_tensor(self.ratios[chosen])),
@@ -204,9 +241,10 @@ class EpisodeBuffer:
             "seen": torch.as_tensor(slot),
             "obs": as_tensor(self.obs[episode, slot]),
             "ratio": as_tensor(self.ratios[episode, slot]),
-            "reward": as_tensor(rewards),
-            "next_obs": as_tensor(self.obs[episode, slot + 1]),
-            "done": as_tensor(slot == SLOTS_PER_DAY - 1),
+            "reward": as_tensor(returns),
+            "next_obs": as_tensor(self.obs[episode, bootstrap]),
+            "done": as_tensor(bootstrap == SLOTS_PER_DAY),
+            "discount": as_tensor(gamma ** (bootstrap - slot)),
         }
 
 
@@ -214,12 +252,16 @@ class EpisodeBuffer:
 class EpochLog:
     epoch: int
     stage: str
+    b: float | None
+    """The stage's ROI relaxation ``b_k`` (``None`` for the original problem and the rivals)."""
     updates: int
     train_score: float
     validation_score: float
     critic_loss: float
     actor_loss: float
     alpha: float
+    entropy: float
+    """Mean ``-log pi`` of the policy's actions over the epoch's updates."""
 
 
 class SACAgent:
@@ -230,11 +272,11 @@ class SACAgent:
         torch.manual_seed(config.seed)
         latent = config.latent_dim if config.bayesian else 0
         self.encoder = PosteriorEncoder(TRANSITION_DIM, config.latent_dim) if config.bayesian else None
-        self.actor = TanhGaussianPolicy(N_FEATURES + latent, config.hidden)
+        self.actor = TanhGaussianPolicy(N_FEATURES + latent, config.hidden, config.action_step, config.start_ratio)
         self.critic = TwinQ(N_FEATURES + latent, config.hidden)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.full((1,), float(np.log(config.initial_alpha)), requires_grad=True)
-        self.target_entropy = -1.0  # -dim(action)
+        self.target_entropy = config.target_entropy
         self.optimizers = [
             torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate),
             # The encoder learns through the critic's loss (the ELBO of Eq. 8), so it shares that optimizer.
@@ -251,6 +293,8 @@ class SACAgent:
         self.updates = 0
         self.multiplier = config.rcpo_multiplier
         """RCPO's current Lagrange multiplier (checkpointed; unused by the other algos)."""
+        self.curriculum_b: dict[str, float] = {}
+        """The automated curriculum's learned ``b_k`` (checkpointed; empty unless it is on)."""
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what :func:`training.train.agent_state` saved."""
@@ -268,8 +312,11 @@ class SACAgent:
         self.updates = int(state["updates"])
         torch.set_rng_state(state["torch_rng"])
 
-    def update(self, batch: dict[str, torch.Tensor]) -> tuple[float, float]:
-        """One SAC step (Haarnoja et al.; CleanRL's ordering): critics, actor, temperature, targets."""
+    def update(self, batch: dict[str, torch.Tensor]) -> tuple[float, float, float]:
+        """One SAC step (Haarnoja et al.; CleanRL's ordering): critics, actor, temperature, targets.
+
+        Returns the critic loss, the actor loss and the policy's entropy estimate ``-mean log pi``.
+        """
         actor_opt, critic_opt, alpha_opt = self.optimizers
         alpha = self.log_alpha.exp().detach()
         obs, next_obs = batch["obs"], batch["next_obs"]
@@ -282,18 +329,18 @@ class SACAgent:
             kl = kl_to_standard_normal(mean, std).mean()
             obs, next_obs = torch.cat([obs, z], dim=1), torch.cat([next_obs, z.detach()], dim=1)
         with torch.no_grad():
-            next_ratio, next_log_prob = self.actor.sample(next_obs)
-            target_q = torch.min(*self.critic_target(next_obs, next_ratio)) - alpha * next_log_prob
-            y = self.config.reward_scale * batch["reward"] + (1 - batch["done"]) * self.config.gamma * target_q
-        q1, q2 = self.critic(obs, batch["ratio"])
+            _, next_action, next_log_prob = self.actor.sample(next_obs)
+            target_q = torch.min(*self.critic_target(next_obs, next_action)) - alpha * next_log_prob
+            y = self.config.reward_scale * batch["reward"] + (1 - batch["done"]) * batch["discount"] * target_q
+        q1, q2 = self.critic(obs, self.actor.to_action(obs, batch["ratio"]))
         critic_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y) + self.config.kl_weight * kl
         critic_opt.zero_grad()
         critic_loss.backward()
         critic_opt.step()
 
         obs = obs.detach()  # the actor does not train the encoder
-        ratio, log_prob = self.actor.sample(obs)
-        actor_loss = (alpha * log_prob - torch.min(*self.critic(obs, ratio))).mean()
+        _, action, log_prob = self.actor.sample(obs)
+        actor_loss = (alpha * log_prob - torch.min(*self.critic(obs, action))).mean()
         actor_opt.zero_grad()
         actor_loss.backward()
         actor_opt.step()
@@ -309,7 +356,7 @@ class SACAgent:
         for scheduler in self.schedulers:
             scheduler.step()
         self.updates += 1
-        return float(critic_loss.detach()), float(actor_loss.detach())
+        return float(critic_loss.detach()), float(actor_loss.detach()), float(-log_prob.detach().mean())
 
 
 def split_validation(train: DaySet, fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -356,9 +403,14 @@ def train(
     train_days, validation_days = split_validation(days, config.validation_fraction)
     multiplier = float(state["multiplier"]) if state and "multiplier" in state else config.rcpo_multiplier
     dual = DualAscent(multiplier=multiplier, learning_rate=config.rcpo_learning_rate)
+    auto = RegretCurriculum.of(config.curriculum) if config.auto_curriculum else None
+    if auto is not None and state is not None and state.get("curriculum_b"):
+        auto.b.update(state["curriculum_b"])
     logs = []
     for epoch in range(start_epoch, config.epochs):
         stage = stage_at(epoch, config.curriculum)
+        if auto is not None:
+            stage = auto.stage(stage)
         if isinstance(stage, LagrangianStage):
             stage = replace(stage, multiplier=dual.multiplier)
         explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder)
@@ -371,23 +423,33 @@ def train(
             broken = violation(collected.delivery, collected.cost, registration.roi_target, registration.budget)
             stage = replace(stage, multiplier=dual.update(broken))
         agent.multiplier = dual.multiplier
-        critic_losses, actor_losses = [], []
-        for _ in range(config.updates_per_epoch):
-            critic_loss, actor_loss = agent.update(buffer.sample(rng, config.batch_size, stage))
-            critic_losses.append(critic_loss)
-            actor_losses.append(actor_loss)
+        if auto is not None and stage.b is not None:  # learn b_k on this epoch's episodes, relabel with it
+            history = collected.history
+            reg = history.registration
+            auto.update(stage, history.delivery, history.cost, reg.roi_target, reg.budget, oracle)
+            stage = auto.stage(stage)
+            agent.curriculum_b = dict(auto.b)
+        n_step = config.n_step if stage.terminal else 1
+        losses = np.array(
+            [
+                agent.update(buffer.sample(rng, config.batch_size, stage, n_step=n_step, gamma=config.gamma))
+                for _ in range(config.updates_per_epoch)
+            ]
+        )
         greedy = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder)
         train_outcome, _ = play_days(greedy, days, train_days, 1, seed=0)
         validation_outcome, _ = play_days(greedy, days, validation_days, 1, seed=0)
         log = EpochLog(
             epoch=epoch,
             stage=stage.name,
+            b=stage.b,
             updates=agent.updates,
             train_score=score(train_outcome, days, train_days),
             validation_score=score(validation_outcome, days, validation_days),
-            critic_loss=float(np.mean(critic_losses)),
-            actor_loss=float(np.mean(actor_losses)),
+            critic_loss=float(losses[:, 0].mean()),
+            actor_loss=float(losses[:, 1].mean()),
             alpha=float(agent.log_alpha.detach().exp()),
+            entropy=float(losses[:, 2].mean()),
         )
         logs.append(log)
         if on_epoch:
