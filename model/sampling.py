@@ -48,6 +48,12 @@ def noise_batch(
     return out
 
 
+def offline_noise(seed: int, n: int, slot: int, dim: int) -> np.ndarray:
+    """The noise of offline play (training, ``rcb evaluate``): episode ``k`` of a batch is campaign
+    ``episode-{k}`` of episode ``offline`` under the play seed, so torch and ONNX evaluation draw alike."""
+    return noise_batch(seed, [f"episode-{k}" for k in range(n)], ["offline"] * n, slot, dim)
+
+
 def sample_posterior(mean: np.ndarray, std: np.ndarray, eps: np.ndarray) -> np.ndarray:
     """``z = mean + std * eps`` (reparameterized posterior sample)."""
     return mean + std * eps

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from rcb.commands import evaluate, market, oracle, simulate, train
+from rcb.commands import curves, evaluate, export, market, oracle, simulate, train
 
 app = typer.Typer(
     name="rcb",
@@ -21,6 +21,8 @@ app.command("oracle")(oracle.oracle_command)
 app.command("simulate")(simulate.simulate_command)
 app.command("evaluate")(evaluate.evaluate_command)
 app.command("train")(train.train_command)
+app.command("export")(export.export_command)
+app.command("curves")(curves.curves_command)
 
 
 if __name__ == "__main__":

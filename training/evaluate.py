@@ -1,10 +1,11 @@
 """`rcb evaluate`: run methods over a split for several seeds; episodes, summary, tables and plots.
 
 A method is a baseline name (``rm``, ``pid``, ``cem``: tuned on the market's train days only, tuned
-parameters cached beside the data), or a reference row (``oracle-day``, ``oracle-slot``: hindsight,
-for scale only). Every bidder runs through :func:`training.bidders.base.play`, so every number comes
-from the same harness. Seeds ``0..N-1`` seed the bidders' own randomness (CEM's exploration);
-deterministic methods give the same episodes for every seed.
+parameters cached beside the data), a reference row (``oracle-day``, ``oracle-slot``: hindsight,
+for scale only), a training run directory, or an exported model ``onnx:MODEL_DIR`` (``rcb export``).
+Every bidder runs through :func:`training.bidders.base.play`, so every number comes from the same
+harness. Seeds ``0..N-1`` seed the bidders' own randomness (CEM's exploration; CBRL's posterior
+samples); deterministic methods give the same episodes for every seed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ TUNING_SEED = 0
 TUNING_VERSION = "1"
 """Bump when a tuner changes, so cached tuned parameters are recomputed."""
 TUNING_CACHE = Path(".rcb-cache/tuning")
+ONNX_PREFIX = "onnx:"
+"""``onnx:MODEL_DIR`` names an exported model as a method."""
 
 Progress = Callable[[str], None]
 
@@ -57,14 +60,27 @@ def is_run_dir(method: str) -> bool:
     return (Path(method) / "run.json").is_file()
 
 
+def is_model_method(method: str) -> bool:
+    """``onnx:MODEL_DIR``: an exported model artifact (validated in full when it is loaded)."""
+    return method.startswith(ONNX_PREFIX) and (Path(method[len(ONNX_PREFIX) :]) / "model.json").is_file()
+
+
 def parse_methods(text: str) -> list[str]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
     if not methods:
         raise EvaluationError("no methods given")
+    missing_models = [m for m in methods if m.startswith(ONNX_PREFIX) and not is_model_method(m)]
+    if missing_models:
+        raise EvaluationError(
+            f"{', '.join(missing_models)}: no model.json there; {ONNX_PREFIX}MODEL_DIR names a directory written by"
+            " rcb export"
+        )
     unknown = [m for m in methods if m not in BASELINES and m not in REFERENCES and not is_run_dir(m)]
+    unknown = [m for m in unknown if not is_model_method(m)]
     if unknown:
         raise EvaluationError(
-            f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known_methods())}, or a training run directory"
+            f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known_methods())}, a training run directory"
+            f" or {ONNX_PREFIX}MODEL_DIR (a directory written by rcb export)"
         )
     if len(set(methods)) != len(methods):
         raise EvaluationError(f"a method is listed twice in {text!r}")
@@ -200,6 +216,8 @@ def evaluate(
         if method in BASELINES:
             bidder, record = tuned_baseline(market, method, setting, train, progress)
             tuned[method] = {"train_score": record["train_score"], **record["params"]}
+        elif method.startswith(ONNX_PREFIX):
+            bidder, tuned[method] = _model_bidder(method, setting)
         else:
             from training.train import load_run_bidder  # torch only when a run is evaluated
 
@@ -225,6 +243,27 @@ def evaluate(
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     return Evaluation(episodes=episodes, summary=summarize(episodes, methods), meta=meta)
+
+
+def _model_bidder(method: str, setting: Setting) -> tuple[Bidder, dict[str, Any]]:
+    """``onnx:MODEL_DIR`` loaded (onnxruntime, no torch) and checked against the evaluation's setting."""
+    from model.artifact import ArtifactError
+    from training.bidders.onnx import OnnxBidder
+
+    try:
+        bidder = OnnxBidder.load(method[len(ONNX_PREFIX) :])
+    except ArtifactError as exc:
+        raise EvaluationError(f"{method}: {exc}") from None
+    card = bidder.artifact.card
+    if card.setting != setting:
+        raise EvaluationError(f"{method} was trained for {card.setting}, not {setting}")
+    record = {
+        "algo": card.algorithm,
+        "best_validation_score": card.evaluation.best_validation_score,
+        "source_run": card.source_run,
+        "format_version": card.format_version,
+    }
+    return bidder, record
 
 
 def write_outputs(evaluation: Evaluation, out: Path) -> dict[str, Path]:

@@ -18,7 +18,12 @@ def evaluate_command(
     setting: Annotated[Setting, typer.Option("--setting", help="sc (L=1, no budget) or mc (per-day L, B).")],
     split: Annotated[str, typer.Option("--split", help="test or ood.")] = "test",
     methods: Annotated[
-        str, typer.Option("--methods", help="Comma-separated: rm, pid, cem, oracle-day, oracle-slot.")
+        str,
+        typer.Option(
+            "--methods",
+            help="Comma-separated: rm, pid, cem, oracle-day, oracle-slot, a run directory (rcb train) or"
+            " onnx:MODEL_DIR (rcb export).",
+        ),
     ] = "rm,pid,cem,oracle-day",
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds 0..N-1 per method.")] = 5,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("out/evaluate"),

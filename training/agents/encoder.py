@@ -51,7 +51,7 @@ class PosteriorEncoder(nn.Module):
         length = steps.shape[1]
         x = self.embed(steps) + self.position[:length]
         causal = torch.ones(length, length, dtype=torch.bool, device=steps.device).triu(diagonal=1)  # True: hidden
-        return self.blocks(x, mask=causal, src_key_padding_mask=padding)
+        return self.blocks(x, mask=causal, src_key_padding_mask=padding, is_causal=True)
 
     def every_prefix(self, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``q(z | tau_t)`` for t = 0..L in one pass: ``steps (n, L, D)`` -> ``(mean, std)`` each ``(n, L+1, latent)``.

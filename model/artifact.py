@@ -1,0 +1,428 @@
+"""The model artifact (SPEC 5): what `rcb export` writes, what evaluation and the service load.
+
+A model directory holds
+
+* ``policy.onnx``: observation (+ latent ``z``) -> the deterministic bid ratio in [0, 4];
+* ``encoder.onnx`` (CBRL only): a trajectory of up to 48 transitions + its mask -> the posterior
+  mean and standard deviation of ``z``;
+* ``model.json``: the model card, :class:`ModelCard` (format version, the feature list with clip
+  ranges, dims, action range, algorithm, training data fingerprint, the run's own evaluation
+  metrics, the measured torch/ONNX parity, opset, creation time, sha256 of each ONNX file).
+
+Non-Bayesian algorithms (hard, crl, uscb, rcpo) have no posterior: their card says ``latent_dim: 0``,
+the directory has no ``encoder.onnx`` and ``policy.onnx`` takes the observation alone.
+
+The I/O contract of the two graphs (names, dtypes, shapes; ``batch`` and ``length`` dynamic) lives
+here, next to the loader that enforces it, and the exporter (``training/export.py``) builds the
+graphs from it. :func:`load_artifact` refuses anything it would not serve correctly, with an
+:class:`ArtifactError` naming the problem. This module needs numpy, pydantic and onnxruntime only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
+from model.features import FEATURES
+
+FORMAT = "rcb-model"
+FORMAT_VERSION = 1
+"""Bump when the card's schema or the graphs' I/O contract changes; loaders refuse other versions."""
+CARD_FILE = "model.json"
+POLICY_FILE = "policy.onnx"
+ENCODER_FILE = "encoder.onnx"
+MAX_STEPS = SLOTS_PER_DAY
+"""The longest trajectory the encoder reads: one transition per slot of the day."""
+BATCH, LENGTH = "batch", "length"
+"""Names of the dynamic axes: any batch size >= 1, trajectory length 1..48."""
+
+
+class ArtifactError(ValueError):
+    """A model directory that is missing, corrupted, incomplete or incompatible with this code."""
+
+
+# --- The ONNX I/O contract ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output: name, element type and shape (a str marks a dynamic axis)."""
+
+    name: str
+    dtype: Literal["float32", "bool"]
+    shape: tuple[int | str, ...]
+
+    @property
+    def onnx_type(self) -> str:
+        """onnxruntime's spelling of the element type (``NodeArg.type``)."""
+        return {"float32": "tensor(float)", "bool": "tensor(bool)"}[self.dtype]
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self.outputs]
+
+
+def policy_spec(obs_dim: int, latent_dim: int) -> GraphSpec:
+    """``obs (batch, F)`` [+ ``z (batch, latent)``] -> ``ratio (batch,)``, the deterministic ratio in [0, 4]."""
+    inputs = [TensorSpec("obs", "float32", (BATCH, obs_dim))]
+    if latent_dim > 0:
+        inputs.append(TensorSpec("z", "float32", (BATCH, latent_dim)))
+    return GraphSpec(tuple(inputs), (TensorSpec("ratio", "float32", (BATCH,)),))
+
+
+def encoder_spec(transition_dim: int, latent_dim: int) -> GraphSpec:
+    """``steps (batch, length, D)`` + ``mask (batch, length)`` -> ``mean``, ``std`` each ``(batch, latent)``.
+
+    ``mask`` is True on valid steps, which come first (a prefix: the transitions seen so far); a row
+    with no valid step answers the prior-like output of the heads' biases, never NaN.
+    """
+    return GraphSpec(
+        (
+            TensorSpec("steps", "float32", (BATCH, LENGTH, transition_dim)),
+            TensorSpec("mask", "bool", (BATCH, LENGTH)),
+        ),
+        (TensorSpec("mean", "float32", (BATCH, latent_dim)), TensorSpec("std", "float32", (BATCH, latent_dim))),
+    )
+
+
+# --- The model card ---------------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FeatureSpec(_Strict):
+    name: str
+    low: float
+    high: float
+
+
+class ActionRange(_Strict):
+    low: float = RATIO_MIN
+    high: float = RATIO_MAX
+
+
+class TrainingInfo(BaseModel):
+    """Where the weights come from: enough to retrain or to tell two models apart."""
+
+    model_config = ConfigDict(frozen=True)
+    run: str
+    """The training run directory exported."""
+    market: str
+    data_fingerprint: str = Field(min_length=1)
+    """sha256 over the train split's day files and constraints (``Market.split_fingerprint("train")``)."""
+    reference_delivery: float | None = None
+    """The typical daily delivery of the training days: a default scale for a campaign that gives none."""
+    epoch: int | None = None
+    """The epoch whose actor was exported (the best on validation days)."""
+    epochs: int = Field(ge=0)
+    config: dict[str, Any]
+
+
+class EvaluationInfo(BaseModel):
+    """The run's own model-selection figures, copied from ``run.json`` (nothing recomputed)."""
+
+    model_config = ConfigDict(frozen=True)
+    metric: str = "score = mean over validation days of D / D* x 1[feasible] (held-out train days)"
+    best_validation_score: float | None = None
+    train_score_at_best: float | None = None
+    history: list[dict[str, Any]] = Field(default_factory=list)
+    """Per epoch: stage, train and validation score, losses (``run.json``'s history)."""
+
+
+class ModelCard(_Strict):
+    """``model.json``. Validation checks its internal consistency; :func:`load_artifact` checks it against the code."""
+
+    format: Literal["rcb-model"] = FORMAT
+    format_version: int
+    algorithm: str
+    setting: Setting
+    features: tuple[FeatureSpec, ...]
+    obs_dim: int = Field(gt=0)
+    latent_dim: int = Field(ge=0)
+    """0: a non-Bayesian policy (no ``encoder.onnx``, the policy reads the observation alone)."""
+    transition_dim: int | None = None
+    """``2 * obs_dim + 1`` (o_i, a_i / 4, o_{i+1}) with an encoder, else None."""
+    max_steps: int = MAX_STEPS
+    action: ActionRange = ActionRange()
+    opset: int = Field(gt=0)
+    created: dt.datetime
+    source_run: str
+    files: dict[str, str]
+    """sha256 of each ONNX file: a corrupted or swapped file is refused."""
+    training: TrainingInfo
+    evaluation: EvaluationInfo
+    parity: dict[str, float] = Field(default_factory=dict)
+    """Largest |torch - onnxruntime| measured right after export, per output."""
+    producer: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def bayesian(self) -> bool:
+        return self.latent_dim > 0
+
+    @property
+    def expected_files(self) -> tuple[str, ...]:
+        return (POLICY_FILE, ENCODER_FILE) if self.bayesian else (POLICY_FILE,)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelCard:
+        if self.obs_dim != len(self.features):
+            raise ValueError(f"obs_dim {self.obs_dim} differs from the {len(self.features)} features listed")
+        if self.bayesian and self.transition_dim != 2 * self.obs_dim + 1:
+            expected = 2 * self.obs_dim + 1
+            raise ValueError(f"transition_dim must be 2 * obs_dim + 1 = {expected}, not {self.transition_dim}")
+        if not self.bayesian and self.transition_dim is not None:
+            raise ValueError("transition_dim must be null when latent_dim is 0 (no encoder)")
+        if self.max_steps != MAX_STEPS:
+            raise ValueError(f"max_steps must be {MAX_STEPS} (slots per day), not {self.max_steps}")
+        if sorted(self.files) != sorted(self.expected_files):
+            raise ValueError(f"files must list exactly {', '.join(self.expected_files)}; got {', '.join(self.files)}")
+        return self
+
+    def policy_spec(self) -> GraphSpec:
+        return policy_spec(self.obs_dim, self.latent_dim)
+
+    def encoder_spec(self) -> GraphSpec:
+        assert self.transition_dim is not None
+        return encoder_spec(self.transition_dim, self.latent_dim)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=1)
+
+
+def code_features() -> tuple[FeatureSpec, ...]:
+    """The feature list this code computes (:data:`model.features.FEATURES`), as the card writes it."""
+    return tuple(FeatureSpec(name=f.name, low=f.low, high=f.high) for f in FEATURES)
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- Loading ----------------------------------------------------------------------------------------------
+
+
+def read_card(directory: Path) -> ModelCard:
+    """Parse and validate ``model.json`` (format, schema, features against this code); files are not opened."""
+    path = Path(directory) / CARD_FILE
+    if not Path(directory).is_dir():
+        raise ArtifactError(f"{directory}: no such model directory")
+    if not path.is_file():
+        raise ArtifactError(f"{directory}: incomplete model artifact, {CARD_FILE} is missing")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ArtifactError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    if raw.get("format") != FORMAT:
+        raise ArtifactError(f"{path}: format {raw.get('format')!r} is not an rcb model ({FORMAT!r})")
+    if raw.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{path}: format version {raw.get('format_version')!r} is not supported; this code reads version "
+            f"{FORMAT_VERSION} (re-export the run with this version of rcb)"
+        )
+    try:
+        card = ModelCard.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'model.json'}: {e['msg']}" for e in exc.errors())
+        raise ArtifactError(f"{path}: invalid model card: {problems}") from None
+    check_features(card.features, path)
+    if (card.action.low, card.action.high) != (RATIO_MIN, RATIO_MAX):
+        raise ArtifactError(
+            f"{path}: action range [{card.action.low}, {card.action.high}] differs from [{RATIO_MIN}, {RATIO_MAX}]"
+        )
+    return card
+
+
+def check_features(features: tuple[FeatureSpec, ...], where: Path | str) -> None:
+    """The artifact's features must be this code's, same names, order and clip ranges (or it reads garbage)."""
+    ours = code_features()
+    if tuple(features) == ours:
+        return
+    if [f.name for f in features] != [f.name for f in ours]:
+        theirs_names, our_names = [f.name for f in features], [f.name for f in ours]
+        unknown = [n for n in theirs_names if n not in our_names]
+        missing = [n for n in our_names if n not in theirs_names]
+        detail = []
+        if unknown:
+            detail.append(f"features this code does not know: {', '.join(unknown)}")
+        if missing:
+            detail.append(f"features the model lacks: {', '.join(missing)}")
+        if not detail:
+            first = next(i for i, (a, b) in enumerate(zip(theirs_names, our_names, strict=True)) if a != b)
+            detail.append(
+                f"order differs from position {first}: model has {theirs_names[first]!r}, code {our_names[first]!r}"
+            )
+        raise ArtifactError(f"{where}: feature list differs from model.features ({'; '.join(detail)})")
+    changed = [
+        f"{a.name} [{a.low}, {a.high}] vs code [{b.low}, {b.high}]"
+        for a, b in zip(features, ours, strict=True)
+        if (a.low, a.high) != (b.low, b.high)
+    ]
+    raise ArtifactError(f"{where}: feature clip ranges differ from model.features: {', '.join(changed)}")
+
+
+def _check_io(session: Any, spec: GraphSpec, path: Path) -> None:
+    """The graph's inputs and outputs must be the contract's: names and order, element types, ranks, fixed dims."""
+
+    def describe(args: list[Any]) -> str:
+        return ", ".join(f"{a.name} {a.type} {list(a.shape)}" for a in args)
+
+    for kind, actual, expected in (
+        ("inputs", session.get_inputs(), spec.inputs),
+        ("outputs", session.get_outputs(), spec.outputs),
+    ):
+        wanted = ", ".join(f"{s.name} {s.onnx_type} {list(s.shape)}" for s in expected)
+        if [a.name for a in actual] != [s.name for s in expected]:
+            raise ArtifactError(f"{path}: {kind} are [{describe(actual)}]; the contract is [{wanted}]")
+        for a, s in zip(actual, expected, strict=True):
+            fits = a.type == s.onnx_type and len(a.shape) == len(s.shape)
+            # A dynamic axis must stay dynamic (any str or None); a fixed one must have the contract's size.
+            dims = zip(a.shape, s.shape, strict=True)
+            fits = fits and all((not isinstance(d, int)) if isinstance(e, str) else d == e for d, e in dims)
+            if not fits:
+                raise ArtifactError(
+                    f"{path}: {kind[:-1]} {a.name!r} is {a.type} {list(a.shape)}; the contract is "
+                    f"{s.onnx_type} {list(s.shape)}"
+                )
+
+
+def _session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: a refused file is reported by ArtifactError
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
+        raise ArtifactError(f"{path}: onnxruntime cannot load it ({str(exc).strip().splitlines()[0]})") from None
+
+
+def load_artifact(directory: Path | str, intra_op_threads: int = 1) -> Artifact:
+    """Load and validate a model directory; every problem is an :class:`ArtifactError` naming it.
+
+    ``intra_op_threads`` is onnxruntime's intra-op parallelism per session (1: predictable latency,
+    the service scales out by processes).
+    """
+    directory = Path(directory)
+    card = read_card(directory)
+    sessions: dict[str, Any] = {}
+    for name in card.expected_files:
+        path = directory / name
+        if not path.is_file():
+            raise ArtifactError(f"{directory}: incomplete model artifact, {name} is missing")
+        if file_sha256(path) != card.files[name]:
+            raise ArtifactError(f"{path}: corrupted or replaced (sha256 differs from {CARD_FILE})")
+        sessions[name] = _session(path, intra_op_threads)
+    _check_io(sessions[POLICY_FILE], card.policy_spec(), directory / POLICY_FILE)
+    if card.bayesian:
+        _check_io(sessions[ENCODER_FILE], card.encoder_spec(), directory / ENCODER_FILE)
+    return Artifact(directory, card, sessions[POLICY_FILE], sessions.get(ENCODER_FILE))
+
+
+# --- Inference --------------------------------------------------------------------------------------------
+
+
+class Artifact:
+    """A loaded model: batch entry points over onnxruntime sessions, inputs checked against the card."""
+
+    def __init__(self, directory: Path, card: ModelCard, policy: Any, encoder: Any | None):
+        self.directory = directory
+        self.card = card
+        self._policy = policy
+        self._encoder = encoder
+
+    @property
+    def bayesian(self) -> bool:
+        return self.card.bayesian
+
+    @property
+    def latent_dim(self) -> int:
+        return self.card.latent_dim
+
+    def posterior(self, steps: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``q(z | tau)``: ``steps (n, L, D)``, ``mask (n, L)`` with L in 1..48 -> ``(mean, std)`` each ``(n, latent)``.
+
+        Valid steps must come first in each row (a prefix mask). Padded steps are zeroed before the
+        graph runs, so whatever they held (even NaN) changes nothing.
+        """
+        if self._encoder is None:
+            raise ArtifactError(f"{self.directory}: {self.card.algorithm} has no posterior encoder (latent_dim 0)")
+        steps = np.asarray(steps, dtype=np.float32)
+        mask = np.asarray(mask)
+        transition_dim = self.card.transition_dim
+        if steps.ndim != 3 or steps.shape[2] != transition_dim or not 1 <= steps.shape[1] <= MAX_STEPS:
+            raise ValueError(f"steps must be (n, 1..{MAX_STEPS}, {transition_dim}); got {steps.shape}")
+        if mask.shape != steps.shape[:2] or mask.dtype != np.bool_:
+            raise ValueError(f"mask must be a bool array of shape {steps.shape[:2]}; got {mask.dtype} {mask.shape}")
+        if np.any(mask[:, 1:] & ~mask[:, :-1]):
+            raise ValueError("mask must mark a prefix of each row valid (the transitions seen so far come first)")
+        n = steps.shape[0]
+        if n == 0:
+            empty = np.zeros((0, self.latent_dim), dtype=np.float32)
+            return empty, empty.copy()
+        steps = np.where(mask[..., None], steps, np.float32(0.0))
+        mean, std = self._encoder.run(None, {"steps": steps, "mask": np.ascontiguousarray(mask)})
+        return mean, std
+
+    def act(self, obs: np.ndarray, z: np.ndarray | None = None) -> np.ndarray:
+        """The deterministic ratio ``(n,)`` float32 in [0, 4] for ``obs (n, F)`` (and ``z (n, latent)`` if Bayesian)."""
+        obs = np.ascontiguousarray(obs, dtype=np.float32)
+        if obs.ndim != 2 or obs.shape[1] != self.card.obs_dim:
+            raise ValueError(f"obs must be (n, {self.card.obs_dim}); got {obs.shape}")
+        feed = {"obs": obs}
+        if self.bayesian:
+            if z is None:
+                raise ValueError(f"{self.card.algorithm} acts on (obs, z): z (n, {self.latent_dim}) is required")
+            z = np.ascontiguousarray(z, dtype=np.float32)
+            if z.shape != (obs.shape[0], self.latent_dim):
+                raise ValueError(f"z must be ({obs.shape[0]}, {self.latent_dim}); got {z.shape}")
+            feed["z"] = z
+        elif z is not None:
+            raise ValueError(f"{self.card.algorithm} has no latent (latent_dim 0): pass obs alone")
+        if obs.shape[0] == 0:
+            return np.zeros(0, dtype=np.float32)
+        (ratio,) = self._policy.run(None, feed)
+        return ratio
+
+    def decide(
+        self,
+        obs: np.ndarray,
+        steps: np.ndarray | None = None,
+        mask: np.ndarray | None = None,
+        eps: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """One slot's ratios: for CBRL, posterior sampling ``z = mean + std * eps`` then :meth:`act`.
+
+        ``eps (n, latent)`` is the standard-normal draw of :mod:`model.sampling`; the arithmetic is
+        float32, as in training's torch bidder, so both give the same ratios.
+        """
+        if not self.bayesian:
+            return self.act(obs)
+        if steps is None or mask is None or eps is None:
+            raise ValueError(f"{self.card.algorithm} samples z from the posterior: steps, mask and eps are required")
+        mean, std = self.posterior(steps, mask)
+        z = mean + std * np.asarray(eps, dtype=np.float32)
+        return self.act(obs, z)

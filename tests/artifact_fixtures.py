@@ -1,0 +1,48 @@
+"""Tiny trained runs and their exported artifacts, built once per test session for test_export and test_artifact.
+
+A six-day generated market (three train days), one CBRL and one non-Bayesian (hard) run of one epoch
+with a handful of gradient steps: the weights are barely trained, which is all parity needs, and
+their episodes still win and spend (a policy at its initialization bids ratios around 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SETTING = "sc"
+
+
+@dataclass(frozen=True)
+class Exported:
+    market: Path
+    cbrl_run: Path
+    hard_run: Path
+    cbrl_model: Path
+    hard_model: Path
+
+
+_built: dict[str, Exported] = {}
+
+
+def exported_runs(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    """Generate, train and export once; later callers in the session get the same directories."""
+    if "runs" not in _built:
+        from training.agents.sac import SACConfig
+        from training.export import export_run
+        from training.market.generator import config_with, generate_market
+        from training.train import run_training
+
+        root = tmp_path_factory.mktemp("exported")
+        market = root / "market"
+        generate_market(market, config_with(days_id=6, days_ood=0, impressions_per_day=3000, seed=4), workers=1)
+        runs = {}
+        for algo in ("cbrl", "hard"):
+            config = SACConfig(algo=algo, epochs=1, updates_per_epoch=5, batch_size=64, seed=1)
+            run_training(market, SETTING, config, root / algo)
+            export_run(root / algo, root / f"model-{algo}")
+            runs[algo] = root / algo
+        _built["runs"] = Exported(market, runs["cbrl"], runs["hard"], root / "model-cbrl", root / "model-hard")
+    return _built["runs"]

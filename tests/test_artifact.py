@@ -1,0 +1,247 @@
+"""The model artifact contract (:mod:`model.artifact`): torch-free loading, card validation, refusal of bad artifacts.
+
+Every refusal must be an :class:`ArtifactError` whose message names what is wrong, so an operator can
+fix the artifact without reading code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from artifact_fixtures import Exported, exported_runs
+from pydantic import ValidationError
+
+from model.artifact import (
+    CARD_FILE,
+    ENCODER_FILE,
+    FORMAT_VERSION,
+    MAX_STEPS,
+    POLICY_FILE,
+    ArtifactError,
+    ModelCard,
+    code_features,
+    encoder_spec,
+    load_artifact,
+    policy_spec,
+    read_card,
+)
+from model.features import N_FEATURES
+from model.trajectory import episode_steps, prefix_mask, transitions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    return exported_runs(tmp_path_factory)
+
+
+def test_loading_a_model_imports_no_torch():
+    code = (
+        "import sys, model.artifact, model.trajectory, training.bidders.onnx; "
+        "print('torch' in sys.modules, 'onnxruntime' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]  # onnxruntime itself only once a model is loaded
+
+
+def test_the_contract_names_shapes_and_dtypes():
+    policy = policy_spec(N_FEATURES, 8)
+    assert policy.input_names == ["obs", "z"] and policy.output_names == ["ratio"]
+    assert policy.inputs[0].shape == ("batch", N_FEATURES) and policy.outputs[0].shape == ("batch",)
+    assert policy_spec(N_FEATURES, 0).input_names == ["obs"]
+    encoder = encoder_spec(2 * N_FEATURES + 1, 8)
+    assert [(s.name, s.dtype, s.shape) for s in encoder.inputs] == [
+        ("steps", "float32", ("batch", "length", 2 * N_FEATURES + 1)),
+        ("mask", "bool", ("batch", "length")),
+    ]
+    assert encoder.output_names == ["mean", "std"] and encoder.outputs[0].shape == ("batch", 8)
+
+
+def test_a_loaded_model_has_its_card_and_configurable_threads(exported: Exported):
+    artifact = load_artifact(exported.cbrl_model, intra_op_threads=2)
+    card = artifact.card
+    assert card.format_version == FORMAT_VERSION and card.features == code_features()
+    assert card.obs_dim == N_FEATURES and card.latent_dim == 8 and card.max_steps == MAX_STEPS
+    assert (card.action.low, card.action.high) == (0.0, 4.0)
+    assert card.files[POLICY_FILE] == hashlib.sha256((exported.cbrl_model / POLICY_FILE).read_bytes()).hexdigest()
+    assert artifact._policy.get_session_options().intra_op_num_threads == 2
+    assert load_artifact(exported.cbrl_model)._encoder.get_session_options().intra_op_num_threads == 1
+
+
+def test_padded_steps_change_nothing_and_empty_rows_are_finite(exported: Exported):
+    artifact = load_artifact(exported.cbrl_model)
+    rng = np.random.default_rng(0)
+    n = 9
+    obs = rng.random((n, MAX_STEPS + 1, N_FEATURES)).astype(np.float32)
+    steps = transitions(obs, 4 * rng.random((n, MAX_STEPS)))
+    mask = prefix_mask(np.array([0, 1, 2, 5, 24, 46, 47, 48, 0]))
+    noisy = steps.copy()
+    noisy[~mask] = rng.normal(0, 100, (int((~mask).sum()), steps.shape[2]))
+    # The graph itself masks: padded values reach it unchanged here (no zeroing by Artifact.posterior).
+    raw = artifact._encoder.run(None, {"steps": steps, "mask": mask})
+    raw_noisy = artifact._encoder.run(None, {"steps": noisy, "mask": mask})
+    for a, b in zip(raw, raw_noisy, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+        assert np.isfinite(a).all()
+    np.testing.assert_array_equal(raw[0][0], raw[0][8])  # fully padded rows: the prior, whatever they hold
+    # Through the entry point even NaN padding is harmless.
+    noisy[~mask] = np.nan
+    mean, std = artifact.posterior(noisy, mask)
+    np.testing.assert_allclose(mean, raw[0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(std, raw[1], rtol=0, atol=1e-6)
+
+
+def test_entry_points_check_their_inputs(exported: Exported):
+    cbrl, hard = load_artifact(exported.cbrl_model), load_artifact(exported.hard_model)
+    steps = np.zeros((2, 3, 2 * N_FEATURES + 1), dtype=np.float32)
+    with pytest.raises(ValueError, match="prefix"):
+        cbrl.posterior(steps, np.array([[False, True, True], [True, False, False]]))
+    with pytest.raises(ValueError, match="steps must be"):
+        cbrl.posterior(np.zeros((2, MAX_STEPS + 1, 2 * N_FEATURES + 1)), np.ones((2, MAX_STEPS + 1), bool))
+    with pytest.raises(ValueError, match=r"z .* is required"):
+        cbrl.act(np.zeros((2, N_FEATURES)))
+    with pytest.raises(ValueError, match="pass obs alone"):
+        hard.act(np.zeros((2, N_FEATURES)), np.zeros((2, 8)))
+    with pytest.raises(ArtifactError, match="no posterior encoder"):
+        hard.posterior(steps, np.ones((2, 3), bool))
+    assert cbrl.act(np.zeros((0, N_FEATURES)), np.zeros((0, 8))).shape == (0,)
+
+
+def test_episode_steps_cut_the_trajectory_seen_so_far_and_encode_like_the_padded_one(exported: Exported):
+    rng = np.random.default_rng(1)
+    obs, ratios = rng.random((3, 6, N_FEATURES)), 4 * rng.random((3, 5))
+    steps, mask = episode_steps(obs, ratios)
+    assert steps.shape == (3, 5, 2 * N_FEATURES + 1) and steps.dtype == np.float32 and mask.all()
+    np.testing.assert_array_equal(steps, transitions(obs, ratios))
+    empty_steps, empty_mask = episode_steps(obs[:, :1], ratios[:, :0])
+    assert empty_steps.shape == (3, 1, 2 * N_FEATURES + 1) and not empty_mask.any() and not empty_steps.any()
+    # Causal attention: the cut trajectory has the posterior of the same one padded to 48 steps.
+    cbrl = load_artifact(exported.cbrl_model)
+    padded = np.zeros((3, MAX_STEPS, 2 * N_FEATURES + 1), np.float32)
+    padded[:, :5] = steps
+    for cut, full in zip(cbrl.posterior(steps, mask), cbrl.posterior(padded, prefix_mask(np.full(3, 5))), strict=True):
+        np.testing.assert_allclose(cut, full, rtol=0, atol=1e-5)
+    for cut, full in zip(
+        cbrl.posterior(empty_steps, empty_mask), cbrl.posterior(padded, prefix_mask(np.zeros(3))), strict=True
+    ):
+        np.testing.assert_allclose(cut, full, rtol=0, atol=1e-6)
+
+
+def test_the_card_validates_its_own_consistency(exported: Exported):
+    raw = json.loads((exported.cbrl_model / CARD_FILE).read_text())
+    ModelCard.model_validate(raw)
+    for change, message in [
+        ({"obs_dim": N_FEATURES + 1}, "obs_dim"),
+        ({"transition_dim": 7}, "transition_dim must be 2 \\* obs_dim \\+ 1"),
+        ({"latent_dim": 0}, "transition_dim must be null"),
+        ({"latent_dim": -1}, "latent_dim"),
+        ({"files": {POLICY_FILE: "x"}}, "files must list exactly"),
+        ({"max_steps": 96}, "max_steps"),
+        ({"opset": 0}, "opset"),
+        ({"surprise": 1}, "surprise"),
+    ]:
+        with pytest.raises(ValidationError, match=message):
+            ModelCard.model_validate({**raw, **change})
+
+
+def rewrite_card(directory: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    raw = json.loads((directory / CARD_FILE).read_text())
+    edit(raw)
+    (directory / CARD_FILE).write_text(json.dumps(raw))
+
+
+def replace_file(directory: Path, name: str, content: bytes) -> None:
+    """Swap in another file and update its checksum, as a careless hand edit would."""
+    (directory / name).write_bytes(content)
+    rewrite_card(directory, lambda raw: raw["files"].__setitem__(name, hashlib.sha256(content).hexdigest()))
+
+
+def _features(edit: Callable[[list[dict[str, Any]]], None]) -> Callable[[dict[str, Any]], None]:
+    def apply(raw: dict[str, Any]) -> None:
+        edit(raw["features"])
+
+    return apply
+
+
+BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
+    "no card": (lambda d, e: (d / CARD_FILE).unlink(), "model.json is missing"),
+    "no encoder": (lambda d, e: (d / ENCODER_FILE).unlink(), "encoder.onnx is missing"),
+    "card not JSON": (lambda d, e: (d / CARD_FILE).write_text("{not json"), "not valid JSON"),
+    "card not an object": (lambda d, e: (d / CARD_FILE).write_text("[1, 2]"), "expected a JSON object"),
+    "other format": (lambda d, e: rewrite_card(d, lambda r: r.update(format="onnx-zoo")), "not an rcb model"),
+    "newer format version": (
+        lambda d, e: rewrite_card(d, lambda r: r.update(format_version=FORMAT_VERSION + 1)),
+        f"format version {FORMAT_VERSION + 1} is not supported; this code reads version {FORMAT_VERSION}",
+    ),
+    "card field missing": (lambda d, e: rewrite_card(d, lambda r: r.pop("opset")), "invalid model card: opset"),
+    "unknown feature": (
+        lambda d, e: rewrite_card(d, _features(lambda f: f[2].update(name="hindsight_oracle"))),
+        "features this code does not know: hindsight_oracle",
+    ),
+    "feature order": (
+        lambda d, e: rewrite_card(d, _features(lambda f: f.insert(0, f.pop(1)))),
+        "order differs from position 0: model has 'prev_ratio', code 'time'",
+    ),
+    "clip range": (
+        lambda d, e: rewrite_card(d, _features(lambda f: f[5].update(high=20.0))),
+        "clip ranges differ from model.features: slot_delivery",
+    ),
+    "action range": (
+        lambda d, e: rewrite_card(d, lambda r: r.update(action={"low": 0.0, "high": 8.0})),
+        "action range",
+    ),
+    "corrupted bytes": (
+        lambda d, e: (d / POLICY_FILE).write_bytes((d / POLICY_FILE).read_bytes()[:-10]),
+        "policy.onnx: corrupted or replaced",
+    ),
+    "not ONNX": (lambda d, e: replace_file(d, POLICY_FILE, b"\x00garbage"), "onnxruntime cannot load it"),
+    "graph without z": (
+        lambda d, e: replace_file(d, POLICY_FILE, (e.hard_model / POLICY_FILE).read_bytes()),
+        "policy.onnx: inputs are \\[obs tensor\\(float\\) \\['batch', 10\\]\\]; the contract is",
+    ),
+    "latent size": (
+        lambda d, e: rewrite_card(d, lambda r: r.update(latent_dim=4)),
+        "input 'z' is tensor\\(float\\) \\['batch', 8\\]; the contract is tensor\\(float\\) \\['batch', 4\\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ARTIFACTS))
+def test_a_bad_artifact_is_refused_with_a_message_naming_the_problem(exported: Exported, tmp_path: Path, case: str):
+    directory = tmp_path / "model"
+    shutil.copytree(exported.cbrl_model, directory)
+    load_artifact(directory)  # the copy is good
+    damage, message = BAD_ARTIFACTS[case]
+    damage(directory, exported)
+    with pytest.raises(ArtifactError, match=message):
+        load_artifact(directory)
+
+
+def test_a_missing_directory_is_refused(tmp_path: Path):
+    with pytest.raises(ArtifactError, match="no such model directory"):
+        load_artifact(tmp_path / "absent")
+    with pytest.raises(ArtifactError, match=r"model\.json is missing"):
+        read_card(tmp_path)
+
+
+def test_the_shipped_default_model_loads_and_bids():
+    """``models/default`` must match this code (features, format); after changing either, rebuild it."""
+    hint = "rebuild it with: bash scripts/build_default_model.sh"
+    try:
+        artifact = load_artifact(ROOT / "models" / "default")
+    except ArtifactError as exc:
+        pytest.fail(f"{exc}; {hint}")
+    assert artifact.bayesian, hint
+    steps, mask = episode_steps(np.zeros((3, 6, N_FEATURES)), np.ones((3, 5)))
+    ratios = artifact.decide(np.zeros((3, N_FEATURES)), steps, mask, np.zeros((3, artifact.latent_dim)))
+    assert ratios.shape == (3,) and np.all((ratios >= 0) & (ratios <= 4))

@@ -1,0 +1,186 @@
+"""`rcb export` and :mod:`training.export`: torch vs onnxruntime parity, evaluation parity, atomic writes, the CLI.
+
+The runs are tiny (see ``artifact_fixtures``); parity is a property of the graphs, not of training.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from artifact_fixtures import SETTING, Exported, exported_runs
+from typer.testing import CliRunner
+
+from model.artifact import ENCODER_FILE, load_artifact
+from model.features import FEATURES, N_FEATURES
+from model.trajectory import prefix_mask, transitions
+from rcb.cli import app
+from training import export as exporter
+from training.evaluate import EvaluationError, evaluate, parse_methods
+from training.export import ENCODER_ATOL, OPSET, POLICY_ATOL, ExportError, check_parity, export_run
+from training.market.dataset import Market
+from training.train import load_run_bidder
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    return exported_runs(tmp_path_factory)
+
+
+def random_obs(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    low = np.array([f.low for f in FEATURES], dtype=np.float32)
+    high = np.array([f.high for f in FEATURES], dtype=np.float32)
+    return (low + (high - low) * rng.random((*shape, N_FEATURES))).astype(np.float32)
+
+
+@pytest.mark.parametrize("n", [1, 7, 300])
+def test_policy_parity_over_batch_sizes(exported: Exported, n: int):
+    rng = np.random.default_rng(n)
+    for run, model in ((exported.cbrl_run, exported.cbrl_model), (exported.hard_run, exported.hard_model)):
+        bidder, _ = load_run_bidder(run)
+        artifact = load_artifact(model)
+        obs = random_obs(rng, (n,))
+        z = rng.standard_normal((n, artifact.latent_dim)).astype(np.float32) if artifact.bayesian else None
+        with torch.no_grad():
+            expected = bidder.policy.act(torch.as_tensor(obs if z is None else np.concatenate([obs, z], 1))).numpy()
+        got = artifact.act(obs, z)
+        assert got.shape == (n,) and got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, rtol=0, atol=POLICY_ATOL)
+        assert np.all((got >= 0) & (got <= 4))
+
+
+@pytest.mark.parametrize("n", [1, 7, 300])
+@pytest.mark.parametrize("length", [1, 2, 47, 48])
+def test_encoder_parity_over_batch_sizes_and_lengths(exported: Exported, n: int, length: int):
+    """Rows hold 0 (fully padded), 1 (all but one padded for L = 48), L-1, L and random numbers of valid steps."""
+    rng = np.random.default_rng([n, length])
+    bidder, _ = load_run_bidder(exported.cbrl_run)
+    artifact = load_artifact(exported.cbrl_model)
+    steps = transitions(random_obs(rng, (n, length + 1)), 4 * rng.random((n, length)))
+    lengths = rng.integers(0, length + 1, n)
+    lengths[: min(n, 4)] = [1, 0, length - 1, length][: min(n, 4)]
+    mask = prefix_mask(lengths, length)
+    steps = np.where(mask[..., None], steps, 0).astype(np.float32)
+    with torch.no_grad():
+        mean, std = bidder.encoder(torch.as_tensor(steps), torch.as_tensor(mask))
+    got_mean, got_std = artifact.posterior(steps, mask)
+    assert got_mean.shape == got_std.shape == (n, artifact.latent_dim)
+    assert np.isfinite(got_mean).all() and np.isfinite(got_std).all() and (got_std > 0).all()
+    np.testing.assert_allclose(got_mean, mean.numpy(), rtol=0, atol=ENCODER_ATOL)
+    np.testing.assert_allclose(got_std, std.numpy(), rtol=0, atol=ENCODER_ATOL)
+
+
+def test_the_model_card_describes_the_run(exported: Exported):
+    body = json.loads((exported.cbrl_run / "run.json").read_text())
+    card = load_artifact(exported.cbrl_model).card
+    assert card.algorithm == "cbrl" and str(card.setting) == SETTING and card.opset == OPSET
+    assert card.latent_dim == body["config"]["latent_dim"] and card.transition_dim == 2 * N_FEATURES + 1
+    assert card.training.data_fingerprint == body["data_fingerprint"]
+    assert card.evaluation.best_validation_score == body["best_validation_score"]
+    assert card.evaluation.history == body["history"] and card.training.epochs == len(body["history"])
+    assert card.source_run == str(exported.cbrl_run) and card.training.config == body["config"]
+    assert set(card.parity) == {"ratio", "mean", "std"} and max(card.parity.values()) < ENCODER_ATOL
+    assert sorted(p.name for p in exported.cbrl_model.iterdir()) == ["encoder.onnx", "model.json", "policy.onnx"]
+
+
+def test_a_non_bayesian_run_exports_the_policy_alone(exported: Exported):
+    artifact = load_artifact(exported.hard_model)
+    assert artifact.card.latent_dim == 0 and artifact.card.transition_dim is None and not artifact.bayesian
+    assert not (exported.hard_model / ENCODER_FILE).exists()
+    assert [i.name for i in artifact._policy.get_inputs()] == ["obs"]
+    assert set(artifact.card.parity) == {"ratio"}
+
+
+@pytest.mark.parametrize("algo", ["cbrl", "hard"])
+def test_evaluating_the_model_equals_evaluating_its_run(exported: Exported, algo: str):
+    run, model = (
+        (exported.cbrl_run, exported.cbrl_model) if algo == "cbrl" else (exported.hard_run, exported.hard_model)
+    )
+    methods = parse_methods(f"{run},onnx:{model}")
+    result = evaluate(Market.open(exported.market), SETTING, "test", methods, seeds=2)
+    episodes = result.episodes
+    torch_rows = episodes[episodes["method"] == str(run)].reset_index(drop=True)
+    onnx_rows = episodes[episodes["method"] == f"onnx:{model}"].reset_index(drop=True)
+    assert len(onnx_rows) == len(torch_rows) > 0 and (torch_rows["delivery"] > 0).all()
+    assert (onnx_rows[["seed", "day"]] == torch_rows[["seed", "day"]]).all().all()
+    np.testing.assert_allclose(onnx_rows["delivery"], torch_rows["delivery"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(onnx_rows["cost"], torch_rows["cost"], rtol=1e-9, atol=1e-9)
+    assert (onnx_rows["feasible"] == torch_rows["feasible"]).all()
+    assert result.meta["tuned"][f"onnx:{model}"]["algo"] == algo
+
+
+def test_evaluate_refuses_a_model_of_another_setting_or_a_missing_one(exported: Exported, tmp_path: Path):
+    with pytest.raises(EvaluationError, match="trained for sc, not mc"):
+        evaluate(Market.open(exported.market), "mc", "test", [f"onnx:{exported.hard_model}"], seeds=1)
+    with pytest.raises(EvaluationError, match=r"no model\.json there"):
+        parse_methods(f"onnx:{tmp_path / 'nothing'}")
+
+
+def test_a_diverging_graph_fails_the_parity_check(exported: Exported):
+    bidder, _ = load_run_bidder(exported.cbrl_run)
+    with torch.no_grad():
+        bidder.policy.body[-1].bias.add_(0.01)
+    with pytest.raises(ExportError, match="do not reproduce torch: ratio off by"):
+        check_parity(load_artifact(exported.cbrl_model), bidder.policy, bidder.encoder)
+
+
+def test_a_failed_export_leaves_the_previous_artifact_or_none(
+    exported: Exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    def broken(*args, **kwargs):
+        raise ExportError("the ONNX graphs do not reproduce torch: simulated")
+
+    monkeypatch.setattr(exporter, "check_parity", broken)
+    with pytest.raises(ExportError, match="simulated"):
+        export_run(exported.hard_run, tmp_path / "fresh")
+    assert list(tmp_path.iterdir()) == []  # neither the model directory nor a temporary one
+
+    kept = tmp_path / "kept"
+    monkeypatch.undo()
+    export_run(exported.hard_run, kept)
+    (kept / "marker").write_text("the artifact in place before the failed export")
+    monkeypatch.setattr(exporter, "check_parity", broken)
+    with pytest.raises(ExportError, match="simulated"):
+        export_run(exported.hard_run, kept, force=True)
+    assert (kept / "marker").exists() and load_artifact(kept).card.algorithm == "hard"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+
+
+def test_cli_exports_and_refuses_to_overwrite(exported: Exported, tmp_path: Path):
+    out = tmp_path / "model"
+    result = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["algorithm"] == "hard" and summary["files"] == ["model.json", "policy.onnx"]
+    assert summary["parity"]["ratio"] <= POLICY_ATOL and load_artifact(out).card.latent_dim == 0
+    again = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", str(out)])
+    assert again.exit_code == 2 and "--force" in again.output
+    forced = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", str(out), "--force", "--json"])
+    assert forced.exit_code == 0, forced.output
+
+
+def test_cli_errors_cleanly_on_a_missing_run_or_a_foreign_directory(exported: Exported, tmp_path: Path):
+    result = runner.invoke(app, ["export", "--run", str(tmp_path / "nope"), "--out", str(tmp_path / "model")])
+    assert result.exit_code == 2 and "not a finished training run" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "model").exists()
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "todo.txt").write_text("keep me")
+    result = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", str(foreign), "--force"])
+    assert result.exit_code == 2 and "holds no model artifact" in result.output
+    assert (foreign / "todo.txt").read_text() == "keep me"
+
+
+def test_cli_errors_cleanly_on_an_unreadable_checkpoint(exported: Exported, tmp_path: Path):
+    run = tmp_path / "run"
+    shutil.copytree(exported.hard_run, run)
+    (run / "best.pt").write_bytes(b"not a checkpoint")
+    result = runner.invoke(app, ["export", "--run", str(run), "--out", str(tmp_path / "model")])
+    assert result.exit_code == 2 and "cannot load its best actor from best.pt" in result.output
+    assert not (tmp_path / "model").exists()

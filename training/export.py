@@ -1,0 +1,401 @@
+"""`rcb export`: a training run's best actor (and CBRL's posterior encoder) as a model artifact (SPEC 5).
+
+The graphs are traced from the run's own modules through thin wrappers (:class:`PolicyGraph` around
+``actor.act``, :class:`EncoderGraph` around ``encoder.forward``), so whatever the networks become,
+export follows; dims are read from the modules and ``model.features``, never restated here. The
+I/O contract and the card are :mod:`model.artifact`'s.
+
+Export mode: torch's default (dynamo) exporter, ``torch.export`` then ONNX at opset :data:`OPSET`,
+with a dynamic batch axis and a dynamic trajectory length 1..48. The legacy TorchScript exporter is
+not an option: it bakes the traced length into the attention's reshapes.
+
+Safety, in order: the artifact is built in a temporary directory beside ``out``; it is loaded back
+through :func:`model.artifact.load_artifact` (the service's own checks) and its outputs compared with
+torch on random batches of sizes 1 to 300 and lengths 1 to 48 (:func:`check_parity`); only then does it
+replace ``out`` with a rename. A crash at any point leaves either the previous artifact or none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import logging
+import os
+import pickle
+import shutil
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import ValidationError
+from torch import nn
+
+from model.artifact import (
+    BATCH,
+    CARD_FILE,
+    ENCODER_FILE,
+    FORMAT_VERSION,
+    LENGTH,
+    MAX_STEPS,
+    POLICY_FILE,
+    ActionRange,
+    Artifact,
+    ArtifactError,
+    EvaluationInfo,
+    GraphSpec,
+    ModelCard,
+    TrainingInfo,
+    code_features,
+    encoder_spec,
+    file_sha256,
+    load_artifact,
+    policy_spec,
+)
+from model.features import FEATURES, N_FEATURES
+from model.trajectory import prefix_mask, transitions
+from training.agents import encoder as encoder_module
+from training.agents.encoder import PosteriorEncoder
+from training.agents.networks import TanhGaussianPolicy
+from training.files import atomic_write_text
+from training.train import RUN_FILE, load_run_bidder
+
+OPSET = 20
+"""ONNX opset of both graphs (onnxruntime >= 1.17 runs it); recorded in model.json."""
+POLICY_ATOL = 1e-5
+ENCODER_ATOL = 1e-4
+"""Largest |torch - onnxruntime| export accepts, on the ratio and on the posterior's mean and std."""
+PARITY_BATCHES = (1, 7, 300)
+PARITY_LENGTHS = (1, 2, 24, 47, 48)
+
+Progress = Callable[[str], None]
+
+
+class ExportError(ValueError):
+    """A run that cannot be exported, or an export that does not reproduce torch."""
+
+
+class PolicyGraph(nn.Module):
+    """``(obs, z) -> actor.act([obs, z])`` (or ``obs -> actor.act(obs)`` without a latent): the deterministic ratio."""
+
+    def __init__(self, actor: TanhGaussianPolicy):
+        super().__init__()
+        self.actor = actor
+
+    def forward(self, obs: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        return self.actor.act(obs if z is None else torch.cat([obs, z], dim=-1))
+
+
+class EncoderGraph(nn.Module):
+    """``(steps, mask) -> encoder(steps, mask)``: the posterior's mean and std."""
+
+    def __init__(self, encoder: PosteriorEncoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, steps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.encoder(steps, mask)
+
+
+@contextlib.contextmanager
+def _causal_hint_only_when_given() -> Iterator[None]:
+    """Let ``torch.export`` trace ``nn.TransformerEncoder`` with a mask built inside the graph.
+
+    ``TransformerEncoder.forward`` asks ``bool((mask == causal).all())`` to choose an ``is_causal``
+    hint, a data-dependent branch ``torch.export`` cannot trace. The hint is safe to drop: with a
+    key padding mask (the encoder always passes one) attention merges the masks and ignores the hint,
+    and ``is_causal=False`` is never wrong, at most slower. Parity with eager torch is checked after.
+    Once the encoder passes ``is_causal=True`` itself, this answers that hint and changes nothing.
+    """
+    from torch.nn.modules import transformer
+
+    original = transformer._detect_is_causal_mask
+
+    def explicit_hint_only(mask: Any, is_causal: bool | None = None, size: int | None = None) -> bool:
+        return bool(is_causal)
+
+    transformer._detect_is_causal_mask = explicit_hint_only
+    try:
+        yield
+    finally:
+        transformer._detect_is_causal_mask = original
+
+
+def _strip_debug_metadata(path: Path) -> None:
+    """Drop the per-node stack traces the exporter attaches: they name build-machine paths and triple the file."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        del node.metadata_props[:]
+    for value in [*model.graph.value_info, *model.graph.initializer]:
+        del value.metadata_props[:]
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def _export_graph(module: nn.Module, example: tuple[torch.Tensor, ...], spec: GraphSpec, path: Path) -> None:
+    """``torch.onnx.export`` with the contract's names and dynamic axes; the exporter's chatter is kept off stdout."""
+    batch = torch.export.Dim(BATCH, min=1)
+    length = torch.export.Dim(LENGTH, min=1, max=MAX_STEPS)
+    dynamic = {
+        s.name: {axis: batch if d == BATCH else length for axis, d in enumerate(s.shape) if isinstance(d, str)}
+        for s in spec.inputs
+    }
+    chatter = io.StringIO()
+    onnx_logger = logging.getLogger("torch.onnx")
+    level = onnx_logger.level
+    onnx_logger.setLevel(logging.ERROR)  # "torchvision is not installed" and similar
+    try:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(chatter),
+            _causal_hint_only_when_given(),
+            torch.no_grad(),
+        ):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module,
+                example,
+                str(path),
+                input_names=spec.input_names,
+                output_names=spec.output_names,
+                dynamic_shapes=dynamic,
+                opset_version=OPSET,
+                dynamo=True,
+                external_data=False,
+                verbose=False,
+            )
+    except Exception as exc:
+        raise ExportError(f"torch.onnx.export failed for {path.name}: {exc}\n{chatter.getvalue()[-2000:]}") from exc
+    finally:
+        onnx_logger.setLevel(level)
+    _strip_debug_metadata(path)
+
+
+def _random_observations(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Features drawn uniformly within each one's clip range: inputs the networks actually see."""
+    low = np.array([f.low for f in FEATURES], dtype=np.float32)
+    high = np.array([f.high for f in FEATURES], dtype=np.float32)
+    return (low + (high - low) * rng.random((*shape, len(FEATURES)))).astype(np.float32)
+
+
+def check_parity(
+    artifact: Artifact, actor: TanhGaussianPolicy, encoder: PosteriorEncoder | None, seed: int = 0
+) -> dict[str, float]:
+    """Largest |torch - onnxruntime| over random batches; raises :class:`ExportError` past the tolerances.
+
+    Batches of 1, 7 and 300 rows; trajectories of lengths 1 to 48 whose rows hold 0 (empty), 1, L-1
+    and L valid steps among random ones.
+    """
+    rng = np.random.default_rng(seed)
+    latent = artifact.latent_dim
+    worst = {"ratio": 0.0, "mean": 0.0, "std": 0.0}
+    with torch.no_grad():
+        for n in PARITY_BATCHES:
+            obs = _random_observations(rng, (n,))
+            z = rng.standard_normal((n, latent)).astype(np.float32) if latent else None
+            torch_input = torch.as_tensor(obs if z is None else np.concatenate([obs, z], axis=1))
+            expected = actor.act(torch_input).numpy()
+            worst["ratio"] = max(worst["ratio"], float(np.abs(artifact.act(obs, z) - expected).max()))
+            if encoder is None:
+                continue
+            for length in PARITY_LENGTHS:
+                steps = transitions(_random_observations(rng, (n, length + 1)), 4.0 * rng.random((n, length)))
+                lengths = rng.integers(0, length + 1, n)
+                lengths[: min(n, 4)] = [0, 1, length - 1, length][: min(n, 4)]
+                mask = prefix_mask(lengths, length)
+                padded = np.where(mask[..., None], steps, 0.0).astype(np.float32)
+                mean, std = encoder(torch.as_tensor(padded), torch.as_tensor(mask))
+                got_mean, got_std = artifact.posterior(steps, mask)
+                if not (np.isfinite(got_mean).all() and np.isfinite(got_std).all()):
+                    raise ExportError(f"{ENCODER_FILE}: non-finite posterior for batch {n}, length {length}")
+                worst["mean"] = max(worst["mean"], float(np.abs(got_mean - mean.numpy()).max()))
+                worst["std"] = max(worst["std"], float(np.abs(got_std - std.numpy()).max()))
+    if not latent:
+        del worst["mean"], worst["std"]
+    limits = {"ratio": POLICY_ATOL, "mean": ENCODER_ATOL, "std": ENCODER_ATOL}
+    broken = {k: v for k, v in worst.items() if not v <= limits[k]}
+    if broken:
+        detail = ", ".join(f"{k} off by {v:.2e} (tolerance {limits[k]:.0e})" for k, v in broken.items())
+        raise ExportError(f"the ONNX graphs do not reproduce torch: {detail}")
+    return worst
+
+
+def _transition_dim(obs_dim: int) -> int:
+    """What the encoder reads per step, from training's own transition builder (not restated here)."""
+    return int(encoder_module.transitions(torch.zeros(1, 2, obs_dim), torch.zeros(1, 1)).shape[-1])
+
+
+def _swap_into_place(built: Path, out: Path) -> None:
+    """Replace ``out`` by ``built`` with renames: a reader sees the old artifact, none, or the new one."""
+    if not out.exists():
+        os.replace(built, out)
+        return
+    retired = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
+    os.replace(out, retired)
+    os.replace(built, out)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _check_destination(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / CARD_FILE).exists():
+            raise ExportError(f"{out} is a non-empty directory that holds no model artifact; choose another --out")
+        if not force:
+            raise ExportError(f"{out} already holds a model artifact; pass --force to overwrite it")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the card says about where the weights come from (everything but dims, files and parity)."""
+
+    algorithm: str
+    setting: str
+    source_run: str
+    training: TrainingInfo
+    evaluation: EvaluationInfo
+
+
+def export_run(
+    run: Path, out: Path, force: bool = False, progress: Progress | None = None, intra_op_threads: int = 1
+) -> ModelCard:
+    """Export ``run``'s best actor (and encoder) into the model directory ``out``; return its card."""
+    run, out = Path(run), Path(out)
+    _check_destination(out, force)
+    try:  # RunError (a ValueError, passed on) when RUN is not a finished run at all
+        bidder, body = load_run_bidder(run)
+        saved = torch.load(run / "best.pt", weights_only=False, map_location="cpu")
+    except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as exc:
+        raise ExportError(f"{run}: cannot load its best actor from best.pt ({exc})") from None
+    try:
+        provenance = run_provenance(run, body, saved)
+    except (KeyError, ValidationError) as exc:
+        raise ExportError(f"{run / RUN_FILE}: cannot describe the run in a model card ({exc})") from None
+    return export_modules(bidder.policy, bidder.encoder, out, provenance, force, progress, intra_op_threads)
+
+
+def export_modules(
+    actor: TanhGaussianPolicy,
+    encoder: PosteriorEncoder | None,
+    out: Path,
+    provenance: Provenance,
+    force: bool = False,
+    progress: Progress | None = None,
+    intra_op_threads: int = 1,
+) -> ModelCard:
+    """Write, reload and parity-check the artifact of ``actor`` (+ ``encoder``), then move it to ``out``."""
+    out = Path(out)
+    _check_destination(out, force)
+    actor.eval()
+    if encoder is not None:
+        encoder.eval()
+    obs_dim = N_FEATURES
+    latent = int(encoder.latent_dim) if encoder is not None else 0
+    try:
+        with torch.no_grad():
+            actor.act(torch.zeros(1, obs_dim + latent))
+    except RuntimeError as exc:
+        raise ExportError(f"the actor does not take {obs_dim} features + {latent} latent inputs ({exc})") from None
+    transition_dim = _transition_dim(obs_dim) if encoder is not None else None
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    building.mkdir()
+    try:
+        if progress:
+            progress(POLICY_FILE)
+        example_obs = torch.zeros(3, obs_dim)
+        policy_example = (example_obs,) if latent == 0 else (example_obs, torch.zeros(3, latent))
+        _export_graph(PolicyGraph(actor), policy_example, policy_spec(obs_dim, latent), building / POLICY_FILE)
+        files = {POLICY_FILE: file_sha256(building / POLICY_FILE)}
+        if encoder is not None:
+            assert transition_dim is not None
+            if progress:
+                progress(ENCODER_FILE)
+            example_mask = torch.as_tensor(prefix_mask(np.array([0, 1, MAX_STEPS]), MAX_STEPS))
+            _export_graph(
+                EncoderGraph(encoder),
+                (torch.zeros(3, MAX_STEPS, transition_dim), example_mask),
+                encoder_spec(transition_dim, latent),
+                building / ENCODER_FILE,
+            )
+            files[ENCODER_FILE] = file_sha256(building / ENCODER_FILE)
+        card = _card(provenance, latent, transition_dim, files)
+        atomic_write_text(building / CARD_FILE, card.to_json())
+        if progress:
+            progress("parity")
+        try:
+            artifact = load_artifact(building, intra_op_threads=intra_op_threads)
+        except ArtifactError as exc:
+            raise ExportError(f"the exported artifact does not load: {exc}") from None
+        parity = check_parity(artifact, actor, encoder)
+        card = card.model_copy(update={"parity": parity})
+        atomic_write_text(building / CARD_FILE, card.to_json())
+        _swap_into_place(building, out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return card
+
+
+def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Provenance:
+    """From ``run.json`` and ``best.pt``: only figures the run recorded, nothing recomputed."""
+    history = body.get("history", [])
+    epoch = saved.get("epoch")
+    at_best = next((h for h in history if h.get("epoch") == epoch), {})
+    best_score = body.get("best_validation_score")
+    if best_score is None and at_best:
+        best_score = at_best.get("validation_score")
+    config = body.get("config", saved.get("config", {}))
+    reference = body.get("reference_delivery")
+    jsonable = lambda x: json.loads(json.dumps(x, default=str))  # noqa: E731 - tuples, paths -> JSON types
+    return Provenance(
+        algorithm=str(config.get("algo", "unknown")),
+        setting=body["setting"],
+        source_run=str(run),
+        training=TrainingInfo(
+            run=str(run),
+            market=str(body.get("market", "")),
+            data_fingerprint=body["data_fingerprint"],
+            reference_delivery=None if reference is None else float(reference),
+            epoch=None if epoch is None else int(epoch),
+            epochs=len(history),
+            config=jsonable(config),
+        ),
+        evaluation=EvaluationInfo(
+            best_validation_score=best_score,
+            train_score_at_best=at_best.get("train_score"),
+            history=jsonable(history),
+        ),
+    )
+
+
+def _card(provenance: Provenance, latent: int, transition_dim: int | None, files: dict[str, str]) -> ModelCard:
+    import onnx
+    import onnxruntime
+
+    return ModelCard(
+        format_version=FORMAT_VERSION,
+        algorithm=provenance.algorithm,
+        setting=provenance.setting,
+        features=code_features(),
+        obs_dim=N_FEATURES,
+        latent_dim=latent,
+        transition_dim=transition_dim,
+        action=ActionRange(),
+        opset=OPSET,
+        created=dt.datetime.now(dt.UTC).replace(microsecond=0),
+        source_run=provenance.source_run,
+        files=files,
+        training=provenance.training,
+        evaluation=provenance.evaluation,
+        producer={"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
+    )
