@@ -87,3 +87,24 @@ def test_cbrl_trains_and_acts_by_reproducible_posterior_sampling(market: Path, t
         assert done.exit_code == 0, done.output
         episodes.append((tmp_path / name / "episodes.csv").read_text())
     assert episodes[0] == episodes[1]  # the same seeds draw the same z (counter-based noise)
+
+
+def test_a_group_of_runs_is_one_method_with_a_seed_per_run(run: Path, market: Path, tmp_path: Path):
+    second = tmp_path / "runs" / "crl-s1"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(second), "--algo", "crl", "--epochs", "1"]
+    assert runner.invoke(app, [*args, "--updates-per-epoch", "20", "--seed", "1", "--json"]).exit_code == 0
+    first = tmp_path / "runs" / "crl-s0"
+    first.symlink_to(run)
+    out = tmp_path / "eval"
+    methods = f"crl={tmp_path}/runs/crl-s*,rm"
+    args = ["evaluate", str(market), "--setting", "sc", "--split", "test", "--methods", methods, "--seeds", "3"]
+    result = runner.invoke(app, [*args, "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"crl", "rm"}
+    assert summary["crl"]["n_seeds"] == 2 and summary["crl"]["n_episodes"] == 8  # one seed per run
+    assert summary["rm"]["n_seeds"] == 3
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["methods"] == ["crl", "rm"] and meta["tuned"]["crl"]["runs"] == [str(first), str(second)]
+    missing = runner.invoke(app, [*args[:-2], "--methods", f"crl={tmp_path}/none-*", "--out", str(out)])
+    assert missing.exit_code == 2 and "matches no training run" in missing.output

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import glob
 import hashlib
 import json
 from collections.abc import Callable
@@ -65,24 +66,50 @@ def is_model_method(method: str) -> bool:
     return method.startswith(ONNX_PREFIX) and (Path(method[len(ONNX_PREFIX) :]) / "model.json").is_file()
 
 
+def run_group(method: str) -> tuple[str, list[Path]] | None:
+    """``LABEL=GLOB``: the training runs of one method, one per seed (``cbrl=runs/sc/cbrl-s*``), or None.
+
+    Run ``k`` of the sorted match plays with evaluation seed ``k``, and its episodes are the method's
+    seed ``k``: the table's spread over seeds is then the spread over training seeds.
+    """
+    label, sep, pattern = method.partition("=")
+    if not sep:
+        return None
+    if not label or not pattern:
+        raise EvaluationError(f"{method!r}: expected LABEL=GLOB, e.g. cbrl=runs/sc/cbrl-s*")
+    runs = [p for p in sorted(Path(p) for p in glob.glob(pattern)) if is_run_dir(str(p))]
+    if not runs:
+        raise EvaluationError(f"{method!r}: {pattern} matches no training run directory (with a run.json)")
+    return label, runs
+
+
+def method_label(method: str) -> str:
+    """The name a method's rows carry: a run group's label, else the method as written."""
+    group = run_group(method)
+    return group[0] if group else method
+
+
 def parse_methods(text: str) -> list[str]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
     if not methods:
         raise EvaluationError("no methods given")
+    groups = [m for m in methods if run_group(m) is not None]
     missing_models = [m for m in methods if m.startswith(ONNX_PREFIX) and not is_model_method(m)]
     if missing_models:
         raise EvaluationError(
             f"{', '.join(missing_models)}: no model.json there; {ONNX_PREFIX}MODEL_DIR names a directory written by"
             " rcb export"
         )
-    unknown = [m for m in methods if m not in BASELINES and m not in REFERENCES and not is_run_dir(m)]
+    unknown = [
+        m for m in methods if m not in BASELINES and m not in REFERENCES and not is_run_dir(m) and m not in groups
+    ]
     unknown = [m for m in unknown if not is_model_method(m)]
     if unknown:
         raise EvaluationError(
             f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known_methods())}, a training run directory"
-            f" or {ONNX_PREFIX}MODEL_DIR (a directory written by rcb export)"
+            f", {ONNX_PREFIX}MODEL_DIR (a directory written by rcb export) or LABEL=GLOB (training runs, one per seed)"
         )
-    if len(set(methods)) != len(methods):
+    if len({method_label(m) for m in methods}) != len(methods):
         raise EvaluationError(f"a method is listed twice in {text!r}")
     return methods
 
@@ -204,6 +231,11 @@ def evaluate(
 
     frames, tuned = [], {}
     for method in methods:
+        group = run_group(method)
+        if group is not None:
+            label, runs = group
+            frames.extend(_play_run_group(label, runs, setting, days, tuned, progress))
+            continue
         if method in REFERENCES:
             answers = market_oracle(market, setting, kind=REFERENCES[method], days=days.days)
             delivery = np.array([a.delivery for a in answers])
@@ -237,12 +269,34 @@ def evaluate(
         "split": split,
         "setting": str(setting),
         "seeds": seeds,
-        "methods": methods,
+        "methods": [method_label(m) for m in methods],
         "tuned": tuned,
         "reference_delivery": days.reference,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    return Evaluation(episodes=episodes, summary=summarize(episodes, methods), meta=meta)
+    return Evaluation(episodes=episodes, summary=summarize(episodes, [method_label(m) for m in methods]), meta=meta)
+
+
+def _play_run_group(
+    label: str, runs: list[Path], setting: Setting, days: DaySet, tuned: dict[str, Any], progress: Progress | None
+) -> list[pd.DataFrame]:
+    """Each run of a group plays the split once, run ``k`` with seed ``k``; its rows are seed ``k``."""
+    from training.train import load_run_bidder  # torch only when a run is evaluated
+
+    frames, record = [], {"runs": [], "best_validation_score": []}
+    for seed, run_dir in enumerate(runs):
+        bidder, run = load_run_bidder(run_dir)
+        if run["setting"] != str(setting):
+            raise EvaluationError(f"{run_dir} was trained for {run['setting']}, not {setting}")
+        record["algo"] = run["config"]["algo"]
+        record["runs"].append(str(run_dir))
+        record["best_validation_score"].append(run.get("best_validation_score"))
+        outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed)
+        frames.append(episode_rows(label, seed, days, outcome.delivery, outcome.cost))
+        if progress:
+            progress("episodes")
+    tuned[label] = record
+    return frames
 
 
 def _model_bidder(method: str, setting: Setting) -> tuple[Bidder, dict[str, Any]]:
