@@ -1,7 +1,8 @@
 """Benchmark: one slot's decision of the exported CBRL model in onnxruntime vs the torch forward it came from.
 
-A decision is the posterior encoder over the campaign's trajectory (padded to 48 steps, as offline
-evaluation and the service build it), ``z = mean + std * eps``, then the policy. Measured for one
+A decision is the posterior encoder over the campaign's trajectory (padded to 48 steps and masked: the
+cost of the day's last slot, the worst case; ``model.trajectory`` feeds only the steps seen so far),
+``z = mean + std * eps``, then the policy. Measured for one
 campaign and for 10,000 campaigns in one batch, each campaign at a random slot of its day; one
 intra-op thread on both sides (``intra_op_num_threads=1``, ``torch.set_num_threads(1)``); median
 wall time over repeats; outputs checked equal within the export tolerances first.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -108,3 +109,19 @@ def test_a_group_of_runs_is_one_method_with_a_seed_per_run(run: Path, market: Pa
     assert meta["methods"] == ["crl", "rm"] and meta["tuned"]["crl"]["runs"] == [str(first), str(second)]
     missing = runner.invoke(app, [*args[:-2], "--methods", f"crl={tmp_path}/none-*", "--out", str(out)])
     assert missing.exit_code == 2 and "matches no training run" in missing.output
+
+
+def test_automated_curriculum_learns_b_and_records_it(market: Path, tmp_path: Path):
+    out = tmp_path / "auto"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "crl", "--epochs", "4"]
+    result = runner.invoke(app, [*args, "--updates-per-epoch", "20", "--auto-curriculum", "--json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "run.json").read_text())
+    assert body["config"]["auto_curriculum"] is True and body["train_seconds"] > 0
+    history = body["history"]
+    assert [h["stage"] for h in history] == ["cold start"] * 3 + ["warm-up"]
+    learned = [h["b"] for h in history[:3]]
+    assert all(0.0 <= b <= 1.0 for b in learned) and learned != [0.1, 0.1, 0.1]  # b moved from the paper's 0.1
+    # The first epoch of a new stage refits the critic before the actor moves: more updates that epoch.
+    steps = np.diff([0] + [h["updates"] for h in history])
+    assert list(steps) == [20, 20, 20, 20 + body["config"]["stage_refit_updates"]]

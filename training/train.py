@@ -111,6 +111,7 @@ def run_training(
     if remaining > 0:
         train(config, days, on_epoch=checkpoint, start_epoch=start_epoch, state=state)
     body["status"] = "done"
+    body["train_seconds"] = sum(h.get("seconds", 0.0) for h in history)
     body["best_validation_score"] = best
     _write_json(body, run_file)
     return body

@@ -23,12 +23,14 @@ def train_command(
             " uscb (gamma^violation penalty) or rcpo (Lagrangian).",
         ),
     ] = "crl",
-    epochs: Annotated[int, typer.Option("--epochs", min=1, help="Training epochs.")] = 30,
+    epochs: Annotated[
+        int | None, typer.Option("--epochs", min=1, help="Training epochs [default: SACConfig's].")
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds networks, collection and sampling.")] = 0,
     uscb_gamma: Annotated[float, typer.Option("--uscb-gamma", min=1.0, help="uscb: penalty base gamma.")] = 3.0,
     updates_per_epoch: Annotated[
-        int, typer.Option("--updates-per-epoch", min=1, help="Gradient steps per epoch.")
-    ] = 400,
+        int | None, typer.Option("--updates-per-epoch", min=1, help="Gradient steps per epoch [default: SACConfig's].")
+    ] = None,
     auto_curriculum: Annotated[
         bool,
         typer.Option(
@@ -46,16 +48,16 @@ def train_command(
         raise fail(f"unknown or not yet trainable algo {algo!r}; available: {', '.join(ALGOS)}")
     with user_errors():
         try:
+            overrides = {"epochs": epochs, "updates_per_epoch": updates_per_epoch}
             config = SACConfig(
                 algo=algo,
-                epochs=epochs,
                 seed=seed,
-                updates_per_epoch=updates_per_epoch,
                 uscb_gamma=uscb_gamma,
                 auto_curriculum=auto_curriculum,
+                **{k: v for k, v in overrides.items() if v is not None},
             )
             with progress(quiet=json) as bar:
-                task = bar.add_task(f"training {algo} on {setting.value}", total=epochs)
+                task = bar.add_task(f"training {algo} on {setting.value}", total=config.epochs)
 
                 def tick(log) -> None:
                     bar.update(task, completed=log.epoch + 1)

@@ -37,7 +37,15 @@ def prefix_mask(lengths: torch.Tensor, steps: int = SLOTS_PER_DAY) -> torch.Tens
 class PosteriorEncoder(nn.Module):
     """Transformer over transitions with masked mean pooling and a Gaussian head (mean, std)."""
 
-    def __init__(self, transition_dim: int, latent_dim: int = 8, width: int = 32, layers: int = 3, heads: int = 4):
+    def __init__(
+        self,
+        transition_dim: int,
+        latent_dim: int = 8,
+        width: int = 32,
+        layers: int = 3,
+        heads: int = 4,
+        initial_std: float | None = None,
+    ):
         super().__init__()
         self.latent_dim = latent_dim
         self.embed = nn.Linear(transition_dim, width)
@@ -46,6 +54,10 @@ class PosteriorEncoder(nn.Module):
         self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
         self.mean_head = nn.Linear(width, latent_dim)
         self.std_head = nn.Linear(width, latent_dim)
+        if initial_std is not None:  # start near-deterministic: z's noise must earn its place through the ELBO
+            with torch.no_grad():
+                self.std_head.weight.mul_(0.1)
+                self.std_head.bias.fill_(float(torch.log(torch.expm1(torch.tensor(initial_std)))))
 
     def _hidden(self, steps: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
         length = steps.shape[1]
