@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Rebuild models/default/, the small CBRL model that ships with the repository so `rcb serve` works
-# out of the box: generate a small market, train CBRL on its train days, export, then check that the
-# exported model replays the run's test episodes (evaluate both, one seed). Fixed seeds throughout.
-# Everything but models/default/ lands in $WORK (ignored by git). Change the knobs here, nowhere else.
+# Rebuild models/default/, the CBRL model that ships with the repository so `rcb serve` works out of
+# the box: CBRL in the MC setting with the default `rcb train` config, seed 0, trained on the train
+# days of the benchmark market (`rcb market generate --out data/bench --seed 0`, generated if absent),
+# exported, then checked: the exported model must replay its run's test episodes exactly.
+#
+#   bash scripts/build_default_model.sh                          # ~40 s market + ~5-8 min training
+#   RUN=runs/bench/mc/cbrl-s0 bash scripts/build_default_model.sh  # export a finished run of the same config
+#
+# (scripts/results.sh trains exactly that run as CBRL's MC seed 0.) Scratch files land in $WORK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,14 +15,24 @@ rcb() { .venv/bin/rcb "$@"; }
 
 WORK="${WORK:-out/default-model}"
 MODEL="models/default"
-MARKET_ARGS=(--days-id 16 --days-ood 4 --impressions-per-day 50000 --seed 0)
-TRAIN_ARGS=(--algo cbrl --setting mc --epochs 12 --updates-per-epoch 200 --seed 0)
+MARKET="${MARKET:-data/bench}"
+TRAIN_ARGS=(--algo cbrl --setting mc --seed 0)
 
-rm -rf "$WORK"
-rcb market generate --out "$WORK/market" "${MARKET_ARGS[@]}" --workers 1 --force
-rcb train --data "$WORK/market" --out "$WORK/run" "${TRAIN_ARGS[@]}"
-rcb export --run "$WORK/run" --out "$MODEL" --force
-rcb evaluate "$WORK/market" --setting mc --split test --methods "$WORK/run,onnx:$MODEL" --seeds 1 \
+if [ ! -f "$MARKET/manifest.json" ]; then
+  rcb market generate --out "$MARKET" --seed 0
+fi
+finished() { [ -f "$1/run.json" ] && grep -q '"status": "done"' "$1/run.json"; }
+if [ -n "${RUN:-}" ]; then
+  finished "$RUN" || { echo "error: $RUN is not a finished training run" >&2; exit 2; }
+else
+  RUN="$WORK/run"
+  if ! finished "$RUN"; then
+    rm -rf "$RUN"  # our own scratch run, interrupted: start it again
+    rcb train --data "$MARKET" --out "$RUN" "${TRAIN_ARGS[@]}"
+  fi
+fi
+rcb export --run "$RUN" --out "$MODEL" --force
+rcb evaluate "$MARKET" --setting mc --split test --methods "$RUN,onnx:$MODEL" --seeds 1 \
   --out "$WORK/evaluate" > /dev/null
 .venv/bin/python - "$WORK/evaluate/episodes.csv" <<'EOF'
 import sys
