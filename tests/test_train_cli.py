@@ -125,3 +125,19 @@ def test_automated_curriculum_learns_b_and_records_it(market: Path, tmp_path: Pa
     # The first epoch of a new stage refits the critic before the actor moves: more updates that epoch.
     steps = np.diff([0] + [h["updates"] for h in history])
     assert list(steps) == [20, 20, 20, 20 + body["config"]["stage_refit_updates"]]
+
+
+def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
+    from training.agents.sac import SACConfig, random_policy_score, train
+    from training.dayset import DaySet
+    from training.market.dataset import Market
+
+    # Four train days of 40k impressions: a 6k-impression day has too few conversions to learn from.
+    root = tmp_path / "market"
+    generate_market(root, config_with(days_id=8, days_ood=0, impressions_per_day=40_000, seed=4), workers=1)
+    days = DaySet.load(Market.open(root), "train", "sc")
+    config = SACConfig(algo="crl", epochs=10, updates_per_epoch=200, hidden=64, seed=0, validation_fraction=0.0)
+    _, logs = train(config, days)
+    floor = random_policy_score(days, seed=0)
+    scores = [log.train_score for log in logs]
+    assert max(scores) > floor + 0.2 and scores[-1] > floor + 0.2, (scores, floor)
