@@ -10,7 +10,8 @@
 # RL runs: $RUNS/<setting>/<algo>-s<seed>, the default `rcb train` config with seeds 0..4. USCB's
 # gamma is chosen per setting among $USCB_GAMMAS by the best validation score of a seed-0 run (held-out
 # train days, never test or OOD); the chosen run is USCB's seed 0. Baselines: tuned on the train days
-# (tuning seed 0), evaluated with seeds 0..4. Hand-written discussion: docs/results-discussion.md.
+# (tuning seed 0), evaluated with seeds 0..4. Hand-written: docs/results-discussion.md (what the
+# tables say) and docs/results-tuning.md (how the defaults were chosen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -145,5 +146,7 @@ EOF
   echo "## Training time"
   echo
   cat "$OUT/training-time.md"
+  echo
+  cat docs/results-tuning.md
 } > RESULTS.md
 echo "wrote RESULTS.md"
