@@ -8,8 +8,9 @@
 #   JOBS=4 bash scripts/results.sh     # more training runs at once on a bigger machine
 #
 # RL runs: $RUNS/<setting>/<algo>-s<seed>, the default `rcb train` config with seeds 0..4. USCB's
-# gamma is chosen per setting among $USCB_GAMMAS by the best validation score of a seed-0 run (held-out
-# train days, never test or OOD); the chosen run is USCB's seed 0. Baselines: tuned on the train days
+# gamma (among $USCB_GAMMAS) and RCPO's dual-ascent step (among $RCPO_RATES) are chosen per setting by
+# the best validation score of a seed-0 run (held-out train days, never test or OOD); the chosen run
+# is the method's seed 0. Baselines: tuned on the train days
 # (tuning seed 0), evaluated with seeds 0..4. Hand-written: docs/results-discussion.md (what the
 # tables say) and docs/results-tuning.md (how the defaults were chosen).
 set -euo pipefail
@@ -21,6 +22,7 @@ RUNS="${RUNS:-runs/bench}"
 JOBS="${JOBS:-2}"
 SEEDS="${SEEDS:-5}"
 USCB_GAMMAS="${USCB_GAMMAS:-2 3 10}"
+RCPO_RATES="${RCPO_RATES:-0.1 1 5}"
 FIGURES="${FIGURES:-docs/results}"   # committed figures RESULTS.md shows
 TRAIN_ARGS="${TRAIN_ARGS:-}"   # extra `rcb train` options for every run (empty: the defaults)
 export MARKET RUNS TRAIN_ARGS
@@ -47,22 +49,30 @@ train_one() {
 export -f train_one
 run_jobs() { xargs -P "$JOBS" -L 1 bash -c 'train_one "$@"' _; }
 
-# 1. USCB's gamma, per setting, on validation days.
+# 1. The rivals' own knobs, per setting, on validation days: USCB's gamma, RCPO's dual-ascent step.
 for setting in sc mc; do
   for gamma in $USCB_GAMMAS; do
     echo "$setting uscb 0 $RUNS/$setting/uscb-gamma$gamma --uscb-gamma $gamma"
   done
+  for rate in $RCPO_RATES; do
+    echo "$setting rcpo 0 $RUNS/$setting/rcpo-rate$rate --rcpo-learning-rate $rate"
+  done
 done | run_jobs
-declare -A USCB_GAMMA
-for setting in sc mc; do
-  USCB_GAMMA[$setting]=$(.venv/bin/python - "$RUNS/$setting" $USCB_GAMMAS <<'EOF'
+# The candidate with the best validation score (ties: the first listed); its run is the method's seed 0.
+choose() {
+  .venv/bin/python - "$@" <<'EOF'
 import json, sys
-root, gammas = sys.argv[1], sys.argv[2:]
-scores = {g: json.load(open(f"{root}/uscb-gamma{g}/run.json"))["best_validation_score"] for g in gammas}
-print(max(gammas, key=lambda g: (scores[g], -float(g))))
+prefix, candidates = sys.argv[1], sys.argv[2:]
+scores = [json.load(open(f"{prefix}{c}/run.json"))["best_validation_score"] for c in candidates]
+print(candidates[scores.index(max(scores))])
 EOF
-)
+}
+declare -A USCB_GAMMA RCPO_RATE
+for setting in sc mc; do
+  USCB_GAMMA[$setting]=$(choose "$RUNS/$setting/uscb-gamma" $USCB_GAMMAS)
+  RCPO_RATE[$setting]=$(choose "$RUNS/$setting/rcpo-rate" $RCPO_RATES)
   ln -sfn "uscb-gamma${USCB_GAMMA[$setting]}" "$RUNS/$setting/uscb-s0"
+  ln -sfn "rcpo-rate${RCPO_RATE[$setting]}" "$RUNS/$setting/rcpo-s0"
 done
 
 # 2. Every other run; the slowest (CBRL) first so the last jobs are short.
@@ -71,6 +81,8 @@ for algo in cbrl crl hard rcpo uscb; do
     for seed in $(seq 0 $((SEEDS - 1))); do
       if [ "$algo" = uscb ]; then
         [ "$seed" = 0 ] || echo "$setting uscb $seed $RUNS/$setting/uscb-s$seed --uscb-gamma ${USCB_GAMMA[$setting]}"
+      elif [ "$algo" = rcpo ]; then
+        [ "$seed" = 0 ] || echo "$setting rcpo $seed $RUNS/$setting/rcpo-s$seed --rcpo-learning-rate ${RCPO_RATE[$setting]}"
       else
         echo "$setting $algo $seed $RUNS/$setting/$algo-s$seed"
       fi
@@ -114,8 +126,9 @@ EOF
   echo "60 ID days split 30 train / 30 test, 20 OOD days, ~1M impressions a day). Everything is fitted on the"
   echo "30 train days only: baselines are tuned there (tuning seed 0) and evaluated with seeds 0..$((SEEDS - 1));"
   echo "each RL method is $SEEDS training runs (seeds 0..$((SEEDS - 1)), the default \`rcb train\` config), model-selected"
-  echo "on 6 held-out train days, run k evaluated with seed k. USCB's gamma (among $USCB_GAMMAS) was chosen on"
-  echo "those validation days: ${USCB_GAMMA[sc]} for SC, ${USCB_GAMMA[mc]} for MC. \`oracle-day\` and \`oracle-slot\`"
+  echo "on 6 held-out train days, run k evaluated with seed k. USCB's gamma (among $USCB_GAMMAS) and RCPO's"
+  echo "dual-ascent step (among $RCPO_RATES) were chosen on those validation days: gamma ${USCB_GAMMA[sc]} and"
+  echo "step ${RCPO_RATE[sc]} for SC, gamma ${USCB_GAMMA[mc]} and step ${RCPO_RATE[mc]} for MC. \`oracle-day\` and \`oracle-slot\`"
   echo "are hindsight reference rows, not bidders. Plots and per-episode CSVs: \`$OUT/<setting>-<split>/\`."
   echo "Machine: $(.venv/bin/python -c 'import benchmarks.machine as m; print(m.describe_machine())' 2>/dev/null || uname -srm)."
   echo

@@ -11,6 +11,7 @@ from model.contract import SLOTS_PER_DAY
 from training.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, RegretCurriculum, stage_at
 from training.rewards import (
     DualAscent,
+    constraint_gap,
     curriculum_limits,
     curriculum_reward,
     indicator_reward,
@@ -144,3 +145,14 @@ def test_automated_curriculum_relaxes_b_where_the_proxy_punishes_feasible_days()
     assert auto.update(stage, d, c * 10, roi_target, budget, oracle) == learned
     assert np.isnan(auto.update(stage_at(6), d, c, roi_target, budget, oracle))
     assert auto.stage(stage_at(6)) == stage_at(6)
+
+
+def test_constraint_gap_is_signed_and_takes_the_most_violated_constraint():
+    delivery, cost = np.array([12.0, 8.0, 12.0, 0.0]), np.array([10.0, 10.0, 10.0, 0.0])
+    roi_target, budget = np.full(4, 1.0), np.array([np.inf, np.inf, 8.0, 5.0])
+    gap = constraint_gap(delivery, cost, roi_target, budget)
+    # slack ROI 1.2 -> -0.2; ROI 0.8 -> +0.2; ROI fine but cost 10 > B 8 -> +0.25; nothing spent -> floor -1.
+    np.testing.assert_allclose(gap, [-0.2, 0.2, 0.25, -1.0])
+    assert ((gap > 0) == (violation(delivery, cost, roi_target, budget) > 0)).all()
+    dual = DualAscent(multiplier=1.0, learning_rate=1.0)
+    assert dual.update(np.array([-0.2, -0.4])) == pytest.approx(0.7)  # slack lowers lambda

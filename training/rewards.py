@@ -50,6 +50,17 @@ def violation(delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, bu
     return roi_part + budget_part
 
 
+def constraint_gap(delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """The most violated constraint, signed: ``max((L - ROI) / L, (C - B) / B)``; ``> 0`` iff infeasible.
+
+    Unlike :func:`violation` it goes negative with slack, so RCPO's dual ascent on it can lower its
+    multiplier again once the policy is safely feasible (Tessler et al.'s update on the constraint value).
+    """
+    roi_gap = (roi_target - _roi(delivery, cost)) / roi_target
+    budget_gap = np.where(np.isfinite(budget), (cost - budget) / np.where(np.isfinite(budget), budget, 1.0), -np.inf)
+    return np.maximum(np.maximum(roi_gap, budget_gap), -1.0)
+
+
 def _terminal(n: int, values: np.ndarray) -> np.ndarray:
     rewards = np.zeros((n, SLOTS_PER_DAY))
     rewards[:, -1] = values
@@ -120,7 +131,7 @@ def lagrangian_reward(
 
 @dataclass
 class DualAscent:
-    """RCPO's Lagrange multiplier: ``lambda <- max(0, lambda + lr * (mean violation - tolerance))``."""
+    """RCPO's Lagrange multiplier: ``lambda <- max(0, lambda + lr * (mean constraint gap - tolerance))``."""
 
     multiplier: float = 1.0
     learning_rate: float = 0.05

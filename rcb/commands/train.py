@@ -28,6 +28,9 @@ def train_command(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds networks, collection and sampling.")] = 0,
     uscb_gamma: Annotated[float, typer.Option("--uscb-gamma", min=1.0, help="uscb: penalty base gamma.")] = 3.0,
+    rcpo_learning_rate: Annotated[
+        float, typer.Option("--rcpo-learning-rate", min=0.0, help="rcpo: dual-ascent step of the Lagrange multiplier.")
+    ] = 1.0,
     updates_per_epoch: Annotated[
         int | None, typer.Option("--updates-per-epoch", min=1, help="Gradient steps per epoch [default: SACConfig's].")
     ] = None,
@@ -53,6 +56,7 @@ def train_command(
                 algo=algo,
                 seed=seed,
                 uscb_gamma=uscb_gamma,
+                rcpo_learning_rate=rcpo_learning_rate,
                 auto_curriculum=auto_curriculum,
                 **{k: v for k, v in overrides.items() if v is not None},
             )

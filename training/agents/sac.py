@@ -54,7 +54,7 @@ from training.curriculum import (
     stage_at,
 )
 from training.dayset import DaySet
-from training.rewards import DualAscent, violation
+from training.rewards import DualAscent, constraint_gap
 
 CURRICULA: dict[str, tuple[Stage, ...]] = {
     "hard": SPARSE_ONLY,
@@ -118,8 +118,9 @@ class SACConfig:
     """USCB's penalty base (tuned by training several and selecting on validation days)."""
     rcpo_multiplier: float = 1.0
     """RCPO's initial Lagrange multiplier."""
-    rcpo_learning_rate: float = 0.05
-    """RCPO's dual-ascent step on the mean violation of each epoch's episodes."""
+    rcpo_learning_rate: float = 1.0
+    """RCPO's dual-ascent step on the mean signed constraint gap of each epoch's episodes
+    (:func:`training.rewards.constraint_gap`; tuned by training several and selecting on validation days)."""
     latent_dim: int = 8
     """Size of CBRL's latent z (ignored by hard and crl)."""
     kl_weight: float = 0.01
@@ -457,10 +458,10 @@ def train(
             explorer, days, train_days, config.episodes_per_day, config.seed * 100_003 + epoch
         )
         buffer.add(collected.history, oracle)
-        if isinstance(stage, LagrangianStage):  # RCPO: lambda follows this epoch's mean violation (dual ascent)
+        if isinstance(stage, LagrangianStage):  # RCPO: lambda follows this epoch's mean constraint gap (dual ascent)
             registration = collected.history.registration
-            broken = violation(collected.delivery, collected.cost, registration.roi_target, registration.budget)
-            stage = replace(stage, multiplier=dual.update(broken))
+            gap = constraint_gap(collected.delivery, collected.cost, registration.roi_target, registration.budget)
+            stage = replace(stage, multiplier=dual.update(gap))
         agent.multiplier = dual.multiplier
         if auto is not None and stage.b is not None:  # learn b_k on this epoch's episodes, relabel with it
             history = collected.history
