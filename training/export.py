@@ -27,7 +27,7 @@ import pickle
 import shutil
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,30 +103,6 @@ class EncoderGraph(nn.Module):
         return self.encoder(steps, mask)
 
 
-@contextlib.contextmanager
-def _causal_hint_only_when_given() -> Iterator[None]:
-    """Let ``torch.export`` trace ``nn.TransformerEncoder`` with a mask built inside the graph.
-
-    ``TransformerEncoder.forward`` asks ``bool((mask == causal).all())`` to choose an ``is_causal``
-    hint, a data-dependent branch ``torch.export`` cannot trace. The hint is safe to drop: with a
-    key padding mask (the encoder always passes one) attention merges the masks and ignores the hint,
-    and ``is_causal=False`` is never wrong, at most slower. Parity with eager torch is checked after.
-    Once the encoder passes ``is_causal=True`` itself, this answers that hint and changes nothing.
-    """
-    from torch.nn.modules import transformer
-
-    original = transformer._detect_is_causal_mask
-
-    def explicit_hint_only(mask: Any, is_causal: bool | None = None, size: int | None = None) -> bool:
-        return bool(is_causal)
-
-    transformer._detect_is_causal_mask = explicit_hint_only
-    try:
-        yield
-    finally:
-        transformer._detect_is_causal_mask = original
-
-
 def _strip_debug_metadata(path: Path) -> None:
     """Drop the per-node stack traces the exporter attaches: they name build-machine paths and triple the file."""
     import onnx
@@ -156,7 +132,6 @@ def _export_graph(module: nn.Module, example: tuple[torch.Tensor, ...], spec: Gr
         with (
             warnings.catch_warnings(),
             contextlib.redirect_stdout(chatter),
-            _causal_hint_only_when_given(),
             torch.no_grad(),
         ):
             warnings.simplefilter("ignore")
