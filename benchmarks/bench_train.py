@@ -83,11 +83,11 @@ def main() -> None:
         f"  {'collect 96 episodes':<28} {crl_collect:>14.2f} s {cbrl_collect:>8.2f} s "
         f"{cbrl_collect / crl_collect:>10.1f}x"
     )
-    epoch = lambda update, collect: 600 * update + collect  # noqa: E731  # default: 600 updates per epoch
+    updates = SACConfig().updates_per_epoch
+    epoch = lambda update, collect: updates * update + collect  # noqa: E731
     crl_epoch, cbrl_epoch = epoch(crl_update, crl_collect), epoch(cbrl_update, cbrl_collect)
-    print(
-        f"  {'an epoch (600 updates)':<28} {crl_epoch:>14.1f} s {cbrl_epoch:>8.1f} s {cbrl_epoch / crl_epoch:>10.2f}x"
-    )
+    label = f"an epoch ({updates} updates)"
+    print(f"  {label:<28} {crl_epoch:>14.1f} s {cbrl_epoch:>8.1f} s {cbrl_epoch / crl_epoch:>10.2f}x")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
 from model.features import FEATURES
+from model.sampling import sample_posterior
 
 FORMAT = "rcb-model"
 FORMAT_VERSION = 1
@@ -424,5 +425,4 @@ class Artifact:
         if steps is None or mask is None or eps is None:
             raise ValueError(f"{self.card.algorithm} samples z from the posterior: steps, mask and eps are required")
         mean, std = self.posterior(steps, mask)
-        z = mean + std * np.asarray(eps, dtype=np.float32)
-        return self.act(obs, z)
+        return self.act(obs, sample_posterior(mean, std, np.asarray(eps, dtype=np.float32)))

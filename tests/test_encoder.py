@@ -6,16 +6,22 @@ import torch
 
 from model.contract import SLOTS_PER_DAY
 from model.features import N_FEATURES
-from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal, prefix_mask, transitions
+from model.trajectory import prefix_mask as numpy_prefix_mask
+from model.trajectory import transitions
+from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal
 
 DIM = 2 * N_FEATURES + 1
+
+
+def prefix_mask(lengths: torch.Tensor) -> torch.Tensor:
+    return torch.as_tensor(numpy_prefix_mask(lengths.numpy()))
 
 
 def _batch(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     observations = torch.rand(n, SLOTS_PER_DAY + 1, N_FEATURES, generator=g)
     ratios = 4 * torch.rand(n, SLOTS_PER_DAY, generator=g)
-    return transitions(observations, ratios), torch.tensor([0, 1, 5, 24, 47, 48][:n])
+    return torch.as_tensor(transitions(observations.numpy(), ratios.numpy())), torch.tensor([0, 1, 5, 24, 47, 48][:n])
 
 
 def test_padded_steps_change_nothing():

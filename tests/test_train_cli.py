@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from rcb.cli import app
@@ -125,6 +126,16 @@ def test_automated_curriculum_learns_b_and_records_it(market: Path, tmp_path: Pa
     # The first epoch of a new stage refits the critic before the actor moves: more updates that epoch.
     steps = np.diff([0] + [h["updates"] for h in history])
     assert list(steps) == [20, 20, 20, 20 + body["config"]["stage_refit_updates"]]
+    # Resumed into the original problem (no b to learn), the learned b_k stay in the checkpoint.
+    learned_b = torch.load(out / "checkpoint.pt", weights_only=False)["curriculum_b"]
+    assert learned_b["cold start"] == history[2]["b"] and learned_b["warm-up"] == history[3]["b"]
+    resumed = runner.invoke(
+        app, [*args[:-2], "--epochs", "8", "--updates-per-epoch", "20", "--auto-curriculum", "--resume"]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    assert (
+        torch.load(out / "checkpoint.pt", weights_only=False)["curriculum_b"]["cold start"] == learned_b["cold start"]
+    )
 
 
 def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):

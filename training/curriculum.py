@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from model.contract import SLOTS_PER_DAY
-from training.rewards import curriculum_reward, indicator_reward, lagrangian_reward, uscb_reward, violation
+from training.metrics import is_feasible
+from training.rewards import curriculum_reward, indicator_reward, lagrangian_reward, uscb_reward
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class RegretCurriculum:
 
         if stage.b is None:
             return float("nan")
-        feasible = violation(delivery.sum(axis=1), cost.sum(axis=1), roi_target, budget) <= 0
+        feasible = is_feasible(delivery.sum(axis=1), cost.sum(axis=1), roi_target, budget)
         if not feasible.any():
             return self.b[stage.name]
         as_tensor = lambda x: torch.as_tensor(x[feasible], dtype=torch.float64)  # noqa: E731

@@ -251,12 +251,7 @@ def evaluate(
         elif method.startswith(ONNX_PREFIX):
             bidder, tuned[method] = _model_bidder(method, setting)
         else:
-            from training.train import load_run_bidder  # torch only when a run is evaluated
-
-            bidder, run = load_run_bidder(Path(method))
-            if run["setting"] != str(setting):
-                raise EvaluationError(f"{method} was trained for {run['setting']}, not {setting}")
-            tuned[method] = {"algo": run["config"]["algo"], "best_validation_score": run.get("best_validation_score")}
+            bidder, tuned[method] = _run_bidder(Path(method), setting)
         indexes = days.indexes(bidder.traffic_buckets)
         for seed in range(seeds):
             outcome = play(bidder, indexes, days.episode_days(), days.registration(), seed)
@@ -281,22 +276,28 @@ def _play_run_group(
     label: str, runs: list[Path], setting: Setting, days: DaySet, tuned: dict[str, Any], progress: Progress | None
 ) -> list[pd.DataFrame]:
     """Each run of a group plays the split once, run ``k`` with seed ``k``; its rows are seed ``k``."""
-    from training.train import load_run_bidder  # torch only when a run is evaluated
-
     frames, record = [], {"runs": [], "best_validation_score": []}
     for seed, run_dir in enumerate(runs):
-        bidder, run = load_run_bidder(run_dir)
-        if run["setting"] != str(setting):
-            raise EvaluationError(f"{run_dir} was trained for {run['setting']}, not {setting}")
-        record["algo"] = run["config"]["algo"]
+        bidder, run = _run_bidder(run_dir, setting)
+        record["algo"] = run["algo"]
         record["runs"].append(str(run_dir))
-        record["best_validation_score"].append(run.get("best_validation_score"))
+        record["best_validation_score"].append(run["best_validation_score"])
         outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed)
         frames.append(episode_rows(label, seed, days, outcome.delivery, outcome.cost))
         if progress:
             progress("episodes")
     tuned[label] = record
     return frames
+
+
+def _run_bidder(run_dir: Path, setting: Setting) -> tuple[Bidder, dict[str, Any]]:
+    """A training run's best actor (torch, imported only here), checked against the evaluation's setting."""
+    from training.train import load_run_bidder
+
+    bidder, run = load_run_bidder(run_dir)
+    if run["setting"] != str(setting):
+        raise EvaluationError(f"{run_dir} was trained for {run['setting']}, not {setting}")
+    return bidder, {"algo": run["config"]["algo"], "best_validation_score": run.get("best_validation_score")}
 
 
 def _model_bidder(method: str, setting: Setting) -> tuple[Bidder, dict[str, Any]]:

@@ -60,7 +60,6 @@ from model.artifact import (
 )
 from model.features import FEATURES, N_FEATURES
 from model.trajectory import prefix_mask, transitions
-from training.agents import encoder as encoder_module
 from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
 from training.files import atomic_write_text
@@ -203,11 +202,6 @@ def check_parity(
     return worst
 
 
-def _transition_dim(obs_dim: int) -> int:
-    """What the encoder reads per step, from training's own transition builder (not restated here)."""
-    return int(encoder_module.transitions(torch.zeros(1, 2, obs_dim), torch.zeros(1, 1)).shape[-1])
-
-
 def _swap_into_place(built: Path, out: Path) -> None:
     """Replace ``out`` by ``built`` with renames: a reader sees the old artifact, none, or the new one."""
     if not out.exists():
@@ -280,7 +274,7 @@ def export_modules(
             actor.act(torch.zeros(1, obs_dim + latent))
     except RuntimeError as exc:
         raise ExportError(f"the actor does not take {obs_dim} features + {latent} latent inputs ({exc})") from None
-    transition_dim = _transition_dim(obs_dim) if encoder is not None else None
+    transition_dim = encoder.embed.in_features if encoder is not None else None
 
     out.parent.mkdir(parents=True, exist_ok=True)
     building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")

@@ -79,16 +79,19 @@ def speed_table(groups: list[GroupCurve], reference: str) -> list[dict[str, floa
     ref = by_label[reference]
     target = ref.final()
     total = float(ref.updates[-1])
-    return [
-        {
-            "method": g.label,
-            "final": g.final(),
-            "reference_final": target,
-            "updates_to_reference_final": steps_to_reach(g, target),
-            "share_of_reference_updates": steps_to_reach(g, target) / total,
-        }
-        for g in groups
-    ]
+    rows = []
+    for g in groups:
+        steps = steps_to_reach(g, target)
+        rows.append(
+            {
+                "method": g.label,
+                "final": g.final(),
+                "reference_final": target,
+                "updates_to_reference_final": steps,
+                "share_of_reference_updates": steps / total,
+            }
+        )
+    return rows
 
 
 def plot(groups: list[GroupCurve], out: Path, title: str = "") -> Path:

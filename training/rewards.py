@@ -51,7 +51,7 @@ def violation(delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, bu
 
 
 def constraint_gap(delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, budget: np.ndarray) -> np.ndarray:
-    """The most violated constraint, signed: ``max((L - ROI) / L, (C - B) / B)``; ``> 0`` iff infeasible.
+    """The most violated constraint, signed: ``max((L - ROI) / L, (C - B) / B, -1)``; ``> 0`` iff infeasible.
 
     Unlike :func:`violation` it goes negative with slack, so RCPO's dual ascent on it can lower its
     multiplier again once the policy is safely feasible (Tessler et al.'s update on the constraint value).
@@ -137,6 +137,7 @@ class DualAscent:
     learning_rate: float = 0.05
     tolerance: float = 0.0
 
-    def update(self, violations: np.ndarray) -> float:
-        self.multiplier = max(0.0, self.multiplier + self.learning_rate * (float(np.mean(violations)) - self.tolerance))
+    def update(self, gaps: np.ndarray) -> float:
+        """One dual step on the episodes' constraint measure (RCPO's trainer passes :func:`constraint_gap`)."""
+        self.multiplier = max(0.0, self.multiplier + self.learning_rate * (float(np.mean(gaps)) - self.tolerance))
         return self.multiplier

@@ -18,8 +18,6 @@ import typer
 from model.contract import Setting
 from rcb.commands.common import print_json, user_errors
 
-"""The SC setting's ROI target (SPEC 1); it has no budget."""
-
 
 def parse_ratios(text: str, slots: int) -> list[float]:
     """``"r0,...,r{slots-1}"`` (or a single value for every slot) as a list of finite, non-negative floats.

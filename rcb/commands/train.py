@@ -27,10 +27,13 @@ def train_command(
         int | None, typer.Option("--epochs", min=1, help="Training epochs [default: SACConfig's].")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds networks, collection and sampling.")] = 0,
-    uscb_gamma: Annotated[float, typer.Option("--uscb-gamma", min=1.0, help="uscb: penalty base gamma.")] = 3.0,
+    uscb_gamma: Annotated[
+        float | None, typer.Option("--uscb-gamma", min=1.0, help="uscb: penalty base gamma [default: SACConfig's].")
+    ] = None,
     rcpo_learning_rate: Annotated[
-        float, typer.Option("--rcpo-learning-rate", min=0.0, help="rcpo: dual-ascent step of the Lagrange multiplier.")
-    ] = 1.0,
+        float | None,
+        typer.Option("--rcpo-learning-rate", min=0.0, help="rcpo: dual-ascent step [default: SACConfig's]."),
+    ] = None,
     updates_per_epoch: Annotated[
         int | None, typer.Option("--updates-per-epoch", min=1, help="Gradient steps per epoch [default: SACConfig's].")
     ] = None,
@@ -51,12 +54,15 @@ def train_command(
         raise fail(f"unknown or not yet trainable algo {algo!r}; available: {', '.join(ALGOS)}")
     with user_errors():
         try:
-            overrides = {"epochs": epochs, "updates_per_epoch": updates_per_epoch}
+            overrides = {
+                "epochs": epochs,
+                "updates_per_epoch": updates_per_epoch,
+                "uscb_gamma": uscb_gamma,
+                "rcpo_learning_rate": rcpo_learning_rate,
+            }
             config = SACConfig(
                 algo=algo,
                 seed=seed,
-                uscb_gamma=uscb_gamma,
-                rcpo_learning_rate=rcpo_learning_rate,
                 auto_curriculum=auto_curriculum,
                 **{k: v for k, v in overrides.items() if v is not None},
             )

@@ -21,17 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.contract import RATIO_MAX, SLOTS_PER_DAY
-
-
-def transitions(observations: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
-    """``(o_i, a_i / 4, o_{i+1})`` for i = 0..T-1 from ``observations (n, T+1, F)`` and ``ratios (n, T)``."""
-    return torch.cat([observations[:, :-1], (ratios / RATIO_MAX).unsqueeze(-1), observations[:, 1:]], dim=-1)
-
-
-def prefix_mask(lengths: torch.Tensor, steps: int = SLOTS_PER_DAY) -> torch.Tensor:
-    """``mask[k, i]`` is True for the ``lengths[k]`` first steps (the transitions observed so far)."""
-    return torch.arange(steps, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+from model.contract import SLOTS_PER_DAY
 
 
 class PosteriorEncoder(nn.Module):

@@ -39,8 +39,8 @@ from model.contract import SLOTS_PER_DAY
 from model.features import N_FEATURES, observe
 from model.history import History, Registration
 from model.sampling import offline_noise
-from model.trajectory import episode_steps
-from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal, transitions
+from model.trajectory import episode_steps, transitions
+from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal
 from training.agents.networks import TanhGaussianPolicy, TwinQ
 from training.bidders.base import Bidder, Outcome, play
 from training.bidders.tuning import episode_scores
@@ -107,7 +107,7 @@ class SACConfig:
     start_ratio: float = 1.0
     """Relative actions: the ratio the first slot's action scales."""
     initial_alpha: float = 0.001
-    """Starting entropy temperature (then tuned automatically toward entropy -1)."""
+    """Starting entropy temperature (then tuned automatically toward ``target_entropy``)."""
     target_entropy: float = -2.5
     """SAC's entropy target for the temperature, in nats of the ratio's (absolute) or the log-ratio
     change's (relative actions) density. Relative actions compound: a slot's noise persists, so they
@@ -259,7 +259,7 @@ class EpisodeBuffer:
         bootstrap = np.minimum(slot + n_step, SLOTS_PER_DAY)
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
         return {
-            "steps": transitions(as_tensor(self.obs[chosen]), as_tensor(self.ratios[chosen])),
+            "steps": torch.as_tensor(transitions(self.obs[chosen], self.ratios[chosen])),
             "row": torch.as_tensor(row),
             "seen": torch.as_tensor(slot),
             "obs": as_tensor(self.obs[episode, slot]),
@@ -340,6 +340,7 @@ class SACAgent:
         for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
             scheduler.load_state_dict(saved)
         self.updates = int(state["updates"])
+        self.curriculum_b = dict(state.get("curriculum_b") or {})
         torch.set_rng_state(state["torch_rng"])
 
     def update(self, batch: dict[str, torch.Tensor], train_actor: bool = True) -> tuple[float, float, float]:
@@ -353,7 +354,7 @@ class SACAgent:
         obs, next_obs = batch["obs"], batch["next_obs"]
         kl = torch.zeros(())
         if self.encoder is not None:
-            # z ~ q(z | tau_{t-1}) (reparameterized), shared by o_t and o_{t+1} as in Eq. 8's target.
+            # z ~ q(z | tau_t) (reparameterized), shared by o_t and the bootstrap o_{t+n}, as in Eq. 8's target.
             every_mean, every_std = self.encoder.every_prefix(batch["steps"])  # one pass per sampled episode
             mean, std = every_mean[batch["row"], batch["seen"]], every_std[batch["row"], batch["seen"]]
             z = mean + std * torch.randn_like(std)
@@ -443,8 +444,9 @@ def train(
     multiplier = float(state["multiplier"]) if state and "multiplier" in state else config.rcpo_multiplier
     dual = DualAscent(multiplier=multiplier, learning_rate=config.rcpo_learning_rate)
     auto = RegretCurriculum.of(config.curriculum) if config.auto_curriculum else None
-    if auto is not None and state is not None and state.get("curriculum_b"):
-        auto.b.update(state["curriculum_b"])
+    if auto is not None:  # the agent carries (and checkpoints) the learned b_k; resume from it
+        auto.b.update(agent.curriculum_b)
+        agent.curriculum_b = auto.b
     logs = []
     for epoch in range(start_epoch, config.epochs):
         started = time.perf_counter()
@@ -468,7 +470,6 @@ def train(
             reg = history.registration
             auto.update(stage, history.delivery, history.cost, reg.roi_target, reg.budget, oracle)
             stage = auto.stage(stage)
-            agent.curriculum_b = dict(auto.b)
         n_step = config.n_step if stage.terminal else 1
         # A new stage changes the reward under the critic: refit it before the actor follows its gradient.
         refit = (

@@ -21,9 +21,6 @@ from model.sampling import offline_noise
 from model.trajectory import episode_steps
 from training.bidders.base import Bidder
 
-METHOD_PREFIX = "onnx:"
-"""``rcb evaluate --methods onnx:MODEL_DIR``."""
-
 
 class OnnxBidder(Bidder):
     """Deterministic ONNX policy; CBRL models act on ``z = mean + std * eps`` drawn from the posterior."""
