@@ -63,7 +63,7 @@ from model.trajectory import prefix_mask, transitions
 from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
 from training.files import atomic_write_text
-from training.train import RUN_FILE, load_run_bidder
+from training.train import RUN_FILE, best_bidder, load_best
 
 OPSET = 20
 """ONNX opset of both graphs (onnxruntime >= 1.17 runs it); recorded in model.json."""
@@ -241,8 +241,8 @@ def export_run(
     run, out = Path(run), Path(out)
     _check_destination(out, force)
     try:  # RunError (a ValueError, passed on) when RUN is not a finished run at all
-        bidder, body = load_run_bidder(run)
-        saved = torch.load(run / "best.pt", weights_only=False, map_location="cpu")
+        saved, body = load_best(run)
+        bidder = best_bidder(saved)
     except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as exc:
         raise ExportError(f"{run}: cannot load its best actor from best.pt ({exc})") from None
     try:

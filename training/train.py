@@ -159,13 +159,23 @@ def write_curves(history: list[dict[str, Any]], out: Path) -> None:
     fig.savefig(out / "curves.png", dpi=110)
 
 
-def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:
-    """The best actor of a run directory, deterministic, behind the Bidder interface."""
+def load_best(run: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run directory's ``best.pt`` (actor, encoder, config, epoch; on the CPU) and its ``run.json`` body."""
     run_file = run / RUN_FILE
     if not run_file.exists() or not (run / "best.pt").exists():
         raise RunError(f"{run}: not a finished training run (no {RUN_FILE} or best.pt)")
     body = json.loads(run_file.read_text())
-    saved = torch.load(run / "best.pt", weights_only=False)
+    return torch.load(run / "best.pt", weights_only=False, map_location="cpu"), body
+
+
+def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:
+    """The best actor of a run directory, deterministic, behind the Bidder interface."""
+    saved, body = load_best(run)
+    return best_bidder(saved), body
+
+
+def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
+    """The deterministic bidder of a loaded ``best.pt``."""
     config = saved["config"]
     latent = config["latent_dim"] if saved["encoder"] is not None else 0
     policy = TanhGaussianPolicy(
@@ -178,4 +188,4 @@ def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:
         encoder.load_state_dict(saved["encoder"])
         encoder.eval()
     policy.eval()
-    return PolicyBidder(policy, stochastic=False, encoder=encoder), body
+    return PolicyBidder(policy, stochastic=False, encoder=encoder)
