@@ -33,10 +33,9 @@ from machine import describe_machine  # benchmarks/machine.py, beside this scrip
 
 from model.artifact import Artifact, EvaluationInfo, TrainingInfo, load_artifact
 from model.contract import SLOTS_PER_DAY
-from model.features import FEATURES, N_FEATURES
 from model.trajectory import prefix_mask, transitions
 from training.agents.sac import SACAgent, SACConfig
-from training.export import Provenance, export_modules
+from training.export import Provenance, export_modules, random_observations
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -50,9 +49,7 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
 
 
 def inputs(rng: np.random.Generator, n: int, latent: int) -> tuple[np.ndarray, ...]:
-    low = np.array([f.low for f in FEATURES], dtype=np.float32)
-    high = np.array([f.high for f in FEATURES], dtype=np.float32)
-    observations = (low + (high - low) * rng.random((n, SLOTS_PER_DAY + 1, N_FEATURES))).astype(np.float32)
+    observations = random_observations(rng, (n, SLOTS_PER_DAY + 1))
     slot = rng.integers(0, SLOTS_PER_DAY, n)
     mask = prefix_mask(slot)
     steps = np.where(mask[..., None], transitions(observations, 4 * rng.random((n, SLOTS_PER_DAY))), 0)

@@ -153,7 +153,7 @@ def _export_graph(module: nn.Module, example: tuple[torch.Tensor, ...], spec: Gr
     _strip_debug_metadata(path)
 
 
-def _random_observations(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+def random_observations(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """Features drawn uniformly within each one's clip range: inputs the networks actually see."""
     low = np.array([f.low for f in FEATURES], dtype=np.float32)
     high = np.array([f.high for f in FEATURES], dtype=np.float32)
@@ -173,7 +173,7 @@ def check_parity(
     worst = {"ratio": 0.0, "mean": 0.0, "std": 0.0}
     with torch.no_grad():
         for n in PARITY_BATCHES:
-            obs = _random_observations(rng, (n,))
+            obs = random_observations(rng, (n,))
             z = rng.standard_normal((n, latent)).astype(np.float32) if latent else None
             torch_input = torch.as_tensor(obs if z is None else np.concatenate([obs, z], axis=1))
             expected = actor.act(torch_input).numpy()
@@ -181,7 +181,7 @@ def check_parity(
             if encoder is None:
                 continue
             for length in PARITY_LENGTHS:
-                steps = transitions(_random_observations(rng, (n, length + 1)), 4.0 * rng.random((n, length)))
+                steps = transitions(random_observations(rng, (n, length + 1)), 4.0 * rng.random((n, length)))
                 lengths = rng.integers(0, length + 1, n)
                 lengths[: min(n, 4)] = [0, 1, length - 1, length][: min(n, 4)]
                 mask = prefix_mask(lengths, length)
