@@ -21,8 +21,8 @@ def evaluate_command(
         str,
         typer.Option(
             "--methods",
-            help="Comma-separated: rm, pid, cem, oracle-day, oracle-slot, a run directory (rcb train) or"
-            " onnx:MODEL_DIR (rcb export).",
+            help="Comma-separated: rm, pid, cem, oracle-day, oracle-slot, a run directory (rcb train),"
+            " LABEL=GLOB (one method's runs, run k played with seed k) or onnx:MODEL_DIR (rcb export).",
         ),
     ] = "rm,pid,cem,oracle-day",
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds 0..N-1 per method.")] = 5,
