@@ -29,6 +29,7 @@ from training.bidders.base import Bidder, play
 from training.dayset import DaySet
 from training.evaluation_report import per_seed_metrics
 from training.files import atomic_write_text
+from training.learning_curves import CurveError, split_group
 from training.market.dataset import Market, MarketError
 from training.metrics import is_feasible, normalized_delivery, roi
 from training.oracle import OracleKind, Setting, market_oracle
@@ -72,11 +73,13 @@ def run_group(method: str) -> tuple[str, list[Path]] | None:
     Run ``k`` of the sorted match plays with evaluation seed ``k``, and its episodes are the method's
     seed ``k``: the table's spread over seeds is then the spread over training seeds.
     """
-    label, sep, pattern = method.partition("=")
-    if not sep:
+    try:
+        group = split_group(method)
+    except CurveError as exc:
+        raise EvaluationError(str(exc)) from None
+    if group is None:
         return None
-    if not label or not pattern:
-        raise EvaluationError(f"{method!r}: expected LABEL=GLOB, e.g. cbrl=runs/sc/cbrl-s*")
+    label, pattern = group
     runs = [p for p in sorted(Path(p) for p in glob.glob(pattern)) if is_run_dir(str(p))]
     if not runs:
         raise EvaluationError(f"{method!r}: {pattern} matches no training run directory (with a run.json)")

@@ -45,6 +45,16 @@ class GroupCurve:
         return float(self.mean[-tail:].mean())
 
 
+def split_group(spec: str) -> tuple[str, str] | None:
+    """``LABEL=GLOB`` (one method's training runs, one per seed) as ``(label, glob)``; None without ``=``."""
+    label, sep, pattern = spec.partition("=")
+    if not sep:
+        return None
+    if not label or not pattern:
+        raise CurveError(f"{spec!r}: expected LABEL=GLOB, e.g. crl=runs/sc/crl-s*")
+    return label, pattern
+
+
 def expand_runs(pattern: str) -> list[Path]:
     """A glob (or a plain path) to the sorted run directories it names that hold ``curves.csv``."""
     paths = sorted(Path(p) for p in glob.glob(pattern)) or [Path(pattern)]

@@ -24,15 +24,16 @@ def curves_command(
     json: Annotated[bool, typer.Option("--json", help="Print the speed table as JSON.")] = False,
 ) -> None:
     """Plot validation score per gradient update (mean over seeds, min-max band) and time-to-reference."""
-    from training.learning_curves import CurveError, expand_runs, load_group, plot, speed_table
+    from training.learning_curves import CurveError, expand_runs, load_group, plot, speed_table, split_group
 
     with user_errors():
         try:
             loaded = []
             for spec in groups:
-                label, sep, pattern = spec.partition("=")
-                if not sep or not label or not pattern:
+                group = split_group(spec)
+                if group is None:
                     raise CurveError(f"{spec!r}: expected LABEL=GLOB, e.g. crl=runs/sc/crl-s*")
+                label, pattern = group
                 loaded.append(load_group(label, expand_runs(pattern)))
             table = speed_table(loaded, reference)
             path = plot(loaded, out, title)
