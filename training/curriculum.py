@@ -13,9 +13,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from model.contract import SLOTS_PER_DAY
 from training.metrics import is_feasible
-from training.rewards import curriculum_reward, indicator_reward, lagrangian_reward, uscb_reward
+from training.rewards import curriculum_reward, indicator_reward, lagrangian_reward, remaining_power, uscb_reward
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ class RegretCurriculum:
         scale = torch.where(scale > 0, scale, torch.ones_like(scale))
         cum_d, cum_c = torch.cumsum(d, dim=1), torch.cumsum(c, dim=1)
         roi = torch.where(cum_c > 0, cum_d / cum_c.clamp(min=1e-12), torch.full_like(cum_d, 1e6))
-        remaining = torch.as_tensor((1.0 - np.arange(1, SLOTS_PER_DAY + 1) / SLOTS_PER_DAY) ** stage.g)
+        remaining = torch.as_tensor(remaining_power(stage.g))  # the same limits as Eq. (7)'s reward
         b = torch.tensor(self.b[stage.name], dtype=torch.float64, requires_grad=True)
         optimizer = torch.optim.Adam([b], lr=self.learning_rate)
         true_return = d.sum(dim=1) / scale

@@ -76,9 +76,14 @@ def indicator_reward(
     return _terminal(len(total_d), np.where(broken > 0, -broken, normalized_delivery(total_d, oracle)))
 
 
+def remaining_power(g: float) -> np.ndarray:
+    """``(1 - t/T)^g`` for t = 1..T: how much of the curriculum's relaxation is left after slot t."""
+    return (1.0 - np.arange(1, SLOTS_PER_DAY + 1) / SLOTS_PER_DAY) ** g
+
+
 def curriculum_limits(b: float, h: float, g: float, roi_target: np.ndarray, budget: np.ndarray):
     """``(L_t^k, B_t^k)`` for t = 1..T, each ``(n, T)``: the cumulative constraints after slot t."""
-    remaining = (1.0 - np.arange(1, SLOTS_PER_DAY + 1) / SLOTS_PER_DAY) ** g
+    remaining = remaining_power(g)
     roi_limit = (1.0 - b * remaining)[None, :] * roi_target[:, None]
     reserve = h * remaining[None, :] * np.where(np.isfinite(budget), budget, 0.0)[:, None]
     return roi_limit, reserve

@@ -78,7 +78,7 @@ class TanhGaussianPolicy(nn.Module):
         # |d ratio / d u| is scale (1 - tanh^2) for absolute actions. For relative ones the density is of
         # the log-ratio change (step (1 - tanh^2)): in ratio space it would grow with the ratio, and the
         # entropy bonus would then pay the policy to bid high.
-        slope = self.scale if self.step == 0 else torch.tensor(self.step)
+        slope = self.scale if self.step == 0 else self.step
         log_prob = (
             -0.5 * ((u - mean) / std) ** 2
             - log_std
