@@ -16,7 +16,7 @@ Features (all clipped to the range listed in :data:`FEATURES`, so training and s
 ``slot_roi_gap``     ``(D_{t-2:t-1} / C_{t-2:t-1} - L) / L`` of the last slot (0 if it spent nothing)
 ``slot_delivery``    ``T * D_{t-2:t-1} / reference``: the last slot's delivery at a daily scale
 ``surplus``          ``(D_{t-1} - L * C_{t-1}) / reference``: how much ROI slack is banked
-``slot_win_rate``    ``wins / impressions`` of the last slot (0 if it saw no traffic)
+``slot_win_rate``    ``wins / auctions`` of the last slot (0 if it saw no traffic)
 ``slot_price``       ``log`` of the last slot's cost per win over the day's cost per win so far: the
                      intraday price drift, scale-free (0 if nothing was won)
 ``has_budget``       1 when the episode has a budget
@@ -82,9 +82,9 @@ def observe(history: History, slot: int | None = None) -> np.ndarray:
     if t > 0:
         last_ratio = history.ratios[:, t - 1]
         d, c = history.delivery[:, t - 1], history.cost[:, t - 1]
-        wins, impressions = history.wins[:, t - 1], history.impressions[:, t - 1]
+        wins, auctions = history.wins[:, t - 1], history.auctions[:, t - 1]
     else:
-        last_ratio = d = c = wins = impressions = np.zeros(n)
+        last_ratio = d = c = wins = auctions = np.zeros(n)
     per_win = _ratio_or(c, wins, 0.0)
     day_per_win = _ratio_or(cost, history.wins[:, :t].sum(axis=1), 0.0)
     features = np.stack(
@@ -96,7 +96,7 @@ def observe(history: History, slot: int | None = None) -> np.ndarray:
             np.where(c > 0, (_ratio_or(d, c, 0.0) - roi_target) / roi_target, 0.0),
             SLOTS_PER_DAY * d / reference,
             (delivery - roi_target * cost) / reference,
-            _ratio_or(wins, impressions, 0.0),
+            _ratio_or(wins, auctions, 0.0),
             np.where(per_win > 0, np.log(np.maximum(per_win, 1e-300) / np.maximum(day_per_win, 1e-300)), 0.0),
             has_budget.astype(np.float64),
         ],

@@ -62,7 +62,7 @@ class History:
     delivery: np.ndarray = field(init=False)
     cost: np.ndarray = field(init=False)
     wins: np.ndarray = field(init=False)
-    impressions: np.ndarray = field(init=False)
+    auctions: np.ndarray = field(init=False)
     slot: int = 0
     """Slots observed so far; the next ratio is for this slot."""
 
@@ -72,7 +72,7 @@ class History:
         self.delivery = np.zeros(shape)
         self.cost = np.zeros(shape)
         self.wins = np.zeros(shape)
-        self.impressions = np.zeros(shape)
+        self.auctions = np.zeros(shape)
 
     @property
     def n(self) -> int:
@@ -83,7 +83,7 @@ class History:
         return self.slot >= SLOTS_PER_DAY
 
     def record(
-        self, ratios: np.ndarray, delivery: np.ndarray, cost: np.ndarray, wins: np.ndarray, impressions: np.ndarray
+        self, ratios: np.ndarray, delivery: np.ndarray, cost: np.ndarray, wins: np.ndarray, auctions: np.ndarray
     ) -> None:
         """Append one slot: the ratios bid (one per episode) and what they won."""
         if self.done:
@@ -93,7 +93,7 @@ class History:
         self.delivery[:, t] = delivery
         self.cost[:, t] = cost
         self.wins[:, t] = wins
-        self.impressions[:, t] = impressions
+        self.auctions[:, t] = auctions
         self.slot = t + 1
 
     @property

@@ -71,7 +71,7 @@ class Spy(Bidder):
         assert history.slot == len(self.bids), "the history must stand at the slot being bid"
         assert history.registration is self.registration, "the history carries the registration given to start()"
         t = history.slot
-        future = [history.ratios, history.delivery, history.cost, history.wins, history.impressions]
+        future = [history.ratios, history.delivery, history.cost, history.wins, history.auctions]
         if any(np.any(a[:, t:] != 0) for a in future):
             self.future_leaks.append(t)
         answer = np.asarray(self.inner.bid(*args, **kwargs), dtype=np.float64)
@@ -378,12 +378,12 @@ def test_cem_explores_on_real_traffic(explore: int):
         by = result.by_bucket
         assert by is not None and by.cost.shape == (1, buckets)
         assert by.cost.sum() == pytest.approx(result.cost[0], rel=1e-12, abs=1e-12)
-        assert by.impressions.sum() == result.impressions[0]
+        assert by.auctions.sum() == result.auctions[0]
         explored_cost += float(by.cost[0, :explore].sum())
     assert explored_cost > 0
 
     # The history shows the traffic-weighted mean of the bucket ratios.
-    weights = np.stack([r.by_bucket.impressions[0] for r in spy.results]).astype(float)
+    weights = np.stack([r.by_bucket.auctions[0] for r in spy.results]).astype(float)
     np.testing.assert_allclose(history.ratios[0], (bids * weights).sum(axis=1) / weights.sum(axis=1), rtol=1e-12)
 
 

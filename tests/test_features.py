@@ -61,7 +61,7 @@ def test_features_never_read_the_future():
     for t in (0, 1, 17, SLOTS_PER_DAY):
         cut = History(registration)
         for s in range(t):
-            cut.record(full.ratios[:, s], full.delivery[:, s], full.cost[:, s], full.wins[:, s], full.impressions[:, s])
+            cut.record(full.ratios[:, s], full.delivery[:, s], full.cost[:, s], full.wins[:, s], full.auctions[:, s])
         np.testing.assert_array_equal(observe(full, slot=t), observe(cut))
     with pytest.raises(ValueError, match="not observed"):
         observe(cut, slot=SLOTS_PER_DAY + 1)
@@ -74,14 +74,14 @@ def test_features_match_a_replay_of_reported_stats():
     simulated = play(ConstantRatio(1.7), [DayIndex(log)], np.zeros(1, np.int64), registration, 0).history
     reports = [
         json.dumps({"slot": t, "delivery": simulated.delivery[0, t], "cost": simulated.cost[0, t],
-                    "wins": int(simulated.wins[0, t]), "impressions": int(simulated.impressions[0, t])})
+                    "wins": int(simulated.wins[0, t]), "auctions": int(simulated.auctions[0, t])})
         for t in range(SLOTS_PER_DAY)
     ]  # fmt: skip
     rebuilt = History(registration)
     for t, raw in enumerate(reports):
         r = json.loads(raw)
         rebuilt.record(np.array([1.7]), np.array([r["delivery"]]), np.array([r["cost"]]), np.array([r["wins"]]),
-                       np.array([r["impressions"]]))  # fmt: skip
+                       np.array([r["auctions"]]))  # fmt: skip
         np.testing.assert_array_equal(observe(rebuilt), observe(simulated, slot=t + 1))
 
 

@@ -94,8 +94,8 @@ def test_budget_stops_mid_slot() -> None:
     env = BatchedReplay([DayIndex(log)], np.zeros(1, dtype=np.int64), np.array([budget]))
     steps = [env.step(np.array([2.0])) for _ in range(SLOTS_PER_DAY)]
     assert 0 < steps[20].wins[0] < free_wins[20]
-    assert steps[20].impressions[0] < log.slot_offsets[21] - log.slot_offsets[20]
-    assert all(s.wins[0] == 0 and s.cost[0] == 0 and s.impressions[0] == 0 for s in steps[21:])
+    assert steps[20].auctions[0] < log.slot_offsets[21] - log.slot_offsets[20]
+    assert all(s.wins[0] == 0 and s.cost[0] == 0 and s.auctions[0] == 0 for s in steps[21:])
     assert env.exhausted[0] and env.cost[0] <= budget
     _assert_same(_replay(log, ratios, budget), direct_replay(log, ratios, budget))
 
@@ -159,10 +159,10 @@ def test_many_episodes_on_mixed_days() -> None:
         assert env.cost[k] <= budgets[k]
     # Exhausted episodes stay at zero once they ran out.
     for k in np.flatnonzero(env.exhausted):
-        slot_sizes = indexes[episode_days[k]].impressions
-        stop = next(t for t in range(SLOTS_PER_DAY) if steps[t].impressions[k] < slot_sizes[t])
+        slot_sizes = indexes[episode_days[k]].auctions
+        stop = next(t for t in range(SLOTS_PER_DAY) if steps[t].auctions[k] < slot_sizes[t])
         assert all(steps[t].wins[k] == 0 and steps[t].cost[k] == 0 for t in range(stop + 1, SLOTS_PER_DAY))
-        assert all(steps[t].impressions[k] == 0 for t in range(stop + 1, SLOTS_PER_DAY))
+        assert all(steps[t].auctions[k] == 0 for t in range(stop + 1, SLOTS_PER_DAY))
     assert set(np.flatnonzero(env.exhausted)) >= {1, 4, 6}
     assert not env.exhausted[np.isinf(budgets)].any()
 
@@ -184,7 +184,7 @@ def test_bucketed_traffic_matches_direct_replay(budget_fraction: float) -> None:
         assert r.by_bucket is not None
         np.testing.assert_allclose(r.by_bucket.delivery.sum(axis=1), r.delivery, rtol=1e-12)
         np.testing.assert_array_equal(r.by_bucket.wins.sum(axis=1), r.wins)
-        np.testing.assert_array_equal(r.by_bucket.impressions.sum(axis=1), r.impressions)
+        np.testing.assert_array_equal(r.by_bucket.auctions.sum(axis=1), r.auctions)
     # One bucket alone: what bucket 2 won at slot 30 is exactly its own impressions' wins.
     rows = np.arange(log.slot_offsets[30], log.slot_offsets[31])
     mine = rows[index.bucket[rows] == 2]
@@ -207,7 +207,7 @@ def test_whole_episode_replay_matches_direct_replay(budget_fraction: float) -> N
             episode = index.replay_episode(ratios, budget)
             _assert_same((episode.delivery, episode.cost, episode.wins), direct_replay(log, ratios, budget))
             stepped = replay_day(index, ratios, budget)
-            np.testing.assert_array_equal(episode.impressions, [s.impressions[0] for s in stepped])
+            np.testing.assert_array_equal(episode.auctions, [s.auctions[0] for s in stepped])
     with pytest.raises(ValueError, match="48"):
         index.replay_episode(np.ones(5))
     with pytest.raises(ValueError, match="one traffic bucket"):
@@ -291,7 +291,7 @@ def test_cli_json_sc_matches_reference(cli: typer.Typer, market: Market) -> None
     assert out["feasible"] == (out["roi"] >= 1.0)
     assert out["budget_exhausted"] is False
     impressions = np.diff(market.load(2).slot_offsets)
-    assert [s["impressions"] for s in out["slots"]] == impressions.tolist()
+    assert [s["auctions"] for s in out["slots"]] == impressions.tolist()
 
 
 def test_cli_json_mc_uses_manifest_constraints(cli: typer.Typer, market: Market) -> None:
@@ -307,7 +307,7 @@ def test_cli_json_mc_uses_manifest_constraints(cli: typer.Typer, market: Market)
     np.testing.assert_allclose(out["delivery"], ref_delivery.sum(), **SUM_TOLERANCE)
     np.testing.assert_allclose(out["cost"], ref_cost.sum(), **SUM_TOLERANCE)
     assert out["feasible"] == (out["delivery"] / out["cost"] >= entry.mc.roi_target)
-    assert out["slots"][-1]["impressions"] == 0
+    assert out["slots"][-1]["auctions"] == 0
 
 
 def test_cli_zero_ratios_spend_nothing(cli: typer.Typer, market: Market) -> None:

@@ -80,9 +80,9 @@ class DayIndex:
         # segments as accurate as large ones.
         self.prefix_delivery = self._segment_prefix(log.delivery[self.order])
         self.prefix_cost = self._segment_prefix(log.cost[self.order])
-        self.impressions = np.diff(log.slot_offsets)
+        self.auctions = np.diff(log.slot_offsets)
         self._keys: np.ndarray | None = None
-        self.bucket_impressions = np.diff(self.segment_offsets).reshape(SLOTS_PER_DAY, buckets)
+        self.bucket_auctions = np.diff(self.segment_offsets).reshape(SLOTS_PER_DAY, buckets)
         # Per-segment views, so a step does no slicing arithmetic: (critical, prefix_delivery, prefix_cost, order).
         bounds = zip(self.segment_offsets[:-1].tolist(), self.segment_offsets[1:].tolist(), strict=True)
         self._segments = [
@@ -157,7 +157,7 @@ class DayIndex:
         if ratios.shape != (SLOTS_PER_DAY,) or not (ratios.min() >= 0.0 and np.isfinite(ratios.max())):
             raise ValueError(f"ratios must be {SLOTS_PER_DAY} finite values >= 0")
         if self._keys is None:  # built on first use: 8 more bytes per impression
-            slot_of_sorted = np.repeat(np.arange(SLOTS_PER_DAY), self.impressions)
+            slot_of_sorted = np.repeat(np.arange(SLOTS_PER_DAY), self.auctions)
             self._keys = slot_of_sorted + self.critical / (1.0 + self.critical)
         t = _SLOT_NUMBERS
         low, high = ratios * (1.0 - _EPISODE_WINDOW), ratios * (1.0 + _EPISODE_WINDOW)
@@ -177,21 +177,21 @@ class DayIndex:
             delivery[slot] += self.log.delivery[rows][won].sum()
             cost[slot] += self.log.cost[rows][won].sum()
             wins[slot] += int(won.sum())
-        impressions = self.impressions.copy()
+        auctions = self.auctions.copy()
         spent = np.cumsum(cost) if budget < np.inf else None
         if spent is not None and spent[-1] > budget:  # the budget stop: the slot where it bites is scanned
             stop = int(np.flatnonzero(spent > budget)[0])
             before = float(spent[stop - 1]) if stop else 0.0
             scan = self.slot_scan(stop, ratios[stop], budget - before)
-            delivery[stop], cost[stop], wins[stop], impressions[stop] = (
+            delivery[stop], cost[stop], wins[stop], auctions[stop] = (
                 scan.delivery.sum(),
                 scan.total_cost,
                 scan.wins.sum(),
-                scan.impressions.sum(),
+                scan.auctions.sum(),
             )
             if scan.exhausted:
-                delivery[stop + 1 :] = cost[stop + 1 :] = wins[stop + 1 :] = impressions[stop + 1 :] = 0
-        return StepResult(delivery=delivery, cost=cost, wins=wins, impressions=impressions)
+                delivery[stop + 1 :] = cost[stop + 1 :] = wins[stop + 1 :] = auctions[stop + 1 :] = 0
+        return StepResult(delivery=delivery, cost=cost, wins=wins, auctions=auctions)
 
     def slot_scan(self, t: int, ratio: float | np.ndarray, remaining_budget: float) -> ScanOutcome:
         """Arrival-order replay of slot ``t`` under a budget.
@@ -214,7 +214,7 @@ class DayIndex:
             delivery=np.bincount(bucket, weights=won_delivery, minlength=m),
             cost=np.bincount(bucket, weights=won_cost[:stop], minlength=m),
             wins=np.bincount(bucket, weights=won[:stop], minlength=m).astype(np.int64),
-            impressions=np.bincount(bucket, minlength=m),
+            auctions=np.bincount(bucket, minlength=m),
             total_cost=float(spend[stop - 1]) if stop else 0.0,
             exhausted=bool(over.size),
         )
@@ -227,7 +227,7 @@ class ScanOutcome:
     delivery: np.ndarray
     cost: np.ndarray
     wins: np.ndarray
-    impressions: np.ndarray
+    auctions: np.ndarray
     total_cost: float
     """Spend summed in arrival order (what the budget was checked against)."""
     exhausted: bool
@@ -244,7 +244,7 @@ class StepResult:
     delivery: np.ndarray
     cost: np.ndarray
     wins: np.ndarray
-    impressions: np.ndarray
+    auctions: np.ndarray
     by_bucket: StepResult | None = None
 
 
@@ -290,7 +290,7 @@ class BatchedReplay:
         """Bid for every episode over the current slot; advance to the next slot.
 
         ``ratios`` is ``(n,)`` (one ratio per episode) or ``(n, buckets)`` (one per traffic bucket, with
-        days indexed with that many buckets). ``impressions`` counts the auctions an episode took part
+        days indexed with that many buckets). ``auctions`` counts the auctions an episode took part
         in: the whole slot, or in the slot where its budget runs out, those before the first win it
         could not pay for (0 afterwards).
         """
@@ -321,20 +321,20 @@ class BatchedReplay:
                 out.delivery[active] = got.delivery
                 out.cost[active] = got.cost
                 out.wins[active] = got.wins
-                out.impressions[active] = index.impressions[t]
+                out.auctions[active] = index.auctions[t]
             if not self._budgeted:
                 continue
             for k in active[out.cost[active] > self.budgets[active] - self.cost[active]]:
                 scan = index.slot_scan(t, ratios[k], self.budgets[k] - self.cost[k])
                 out.delivery[k], out.cost[k] = scan.delivery.sum(), scan.total_cost
-                out.wins[k], out.impressions[k] = scan.wins.sum(), scan.impressions.sum()
+                out.wins[k], out.auctions[k] = scan.wins.sum(), scan.auctions.sum()
                 if out.by_bucket is not None:
                     by = out.by_bucket
-                    by.delivery[k], by.cost[k], by.wins[k], by.impressions[k] = (
+                    by.delivery[k], by.cost[k], by.wins[k], by.auctions[k] = (
                         scan.delivery,
                         scan.cost,
                         scan.wins,
-                        scan.impressions,
+                        scan.auctions,
                     )
                 self.exhausted[k] = scan.exhausted
                 self._any_exhausted |= scan.exhausted
@@ -356,11 +356,11 @@ class BatchedReplay:
             by.delivery[active, b] = got.delivery
             by.cost[active, b] = got.cost
             by.wins[active, b] = got.wins
-            by.impressions[active, b] = index.bucket_impressions[t, b]
+            by.auctions[active, b] = index.bucket_auctions[t, b]
         out.delivery[active] = by.delivery[active].sum(axis=1)
         out.cost[active] = by.cost[active].sum(axis=1)
         out.wins[active] = by.wins[active].sum(axis=1)
-        out.impressions[active] = by.impressions[active].sum(axis=1)
+        out.auctions[active] = by.auctions[active].sum(axis=1)
 
 
 def replay_day(index: DayIndex, ratios: np.ndarray, budget: float = np.inf) -> list[StepResult]:

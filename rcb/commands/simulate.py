@@ -3,7 +3,7 @@
 SC replays without a budget against ROI target L = 1; MC uses the day's manifest constraints, and the
 budget ends the campaign's bidding at the first win that would overspend it (early termination, as in
 the paper's evaluation protocol). Output: ``{day, setting, roi_target, budget, delivery, cost, roi,
-feasible, budget_exhausted, slots: [{slot, ratio, delivery, cost, wins, impressions}]}`` where
+feasible, budget_exhausted, slots: [{slot, ratio, delivery, cost, wins, auctions}]}`` where
 ``roi`` is ``null`` when nothing was spent and ``budget`` is ``null`` for none.
 """
 
@@ -61,7 +61,7 @@ def simulate_day(data_dir: Path, day: int, setting: Setting, ratios: list[float]
                 "delivery": float(step.delivery[0]),
                 "cost": float(step.cost[0]),
                 "wins": int(step.wins[0]),
-                "impressions": int(step.impressions[0]),
+                "auctions": int(step.auctions[0]),
             }
         )
     delivery, cost = float(env.delivery[0]), float(env.cost[0])
@@ -88,7 +88,7 @@ def _render(result: dict[str, Any]) -> None:
     table.add_column("slot", justify="right", footer="total")
     table.add_column("time")
     table.add_column("ratio", justify="right")
-    table.add_column("impressions", justify="right", footer=str(sum(s["impressions"] for s in result["slots"])))
+    table.add_column("auctions", justify="right", footer=str(sum(s["auctions"] for s in result["slots"])))
     table.add_column("wins", justify="right", footer=str(sum(s["wins"] for s in result["slots"])))
     table.add_column("delivery", justify="right", footer=f"{result['delivery']:.4f}")
     table.add_column("cost", justify="right", footer=f"{result['cost']:.4f}")
@@ -98,7 +98,7 @@ def _render(result: dict[str, Any]) -> None:
             str(s["slot"]),
             f"{hour:02d}:{30 * half:02d}",
             f"{s['ratio']:.4g}",
-            str(s["impressions"]),
+            str(s["auctions"]),
             str(s["wins"]),
             f"{s['delivery']:.4f}",
             f"{s['cost']:.4f}",

@@ -69,14 +69,14 @@ def play(
         result = env.step(ratios)
         # With bucketed bids the history keeps the traffic-weighted mean ratio of each episode.
         shown = ratios if ratios.ndim == 1 else _traffic_weighted(ratios, result)
-        history.record(shown, result.delivery, result.cost, result.wins, result.impressions)
+        history.record(shown, result.delivery, result.cost, result.wins, result.auctions)
         bidder.observe(history, result)
     return Outcome(delivery=env.delivery.copy(), cost=env.cost.copy(), history=history)
 
 
 def _traffic_weighted(ratios: np.ndarray, result: StepResult) -> np.ndarray:
     assert result.by_bucket is not None
-    weights = result.by_bucket.impressions.astype(np.float64)
+    weights = result.by_bucket.auctions.astype(np.float64)
     total = weights.sum(axis=1)
     mean = np.divide((ratios * weights).sum(axis=1), total, out=ratios.mean(axis=1), where=total > 0)
     return mean

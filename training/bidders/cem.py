@@ -85,13 +85,13 @@ class CEM(Bidder):
         roi_target = registration.roi_target[:, None]
         violation = np.maximum(roi_target * by.cost - by.delivery, 0.0)
         # Spend pace: a share may spend at most its part of what the remaining budget allows this slot.
-        share = np.maximum(by.impressions / np.maximum(result.impressions, 1)[:, None], 1e-9)
+        share = np.maximum(by.auctions / np.maximum(result.auctions, 1)[:, None], 1e-9)
         budget_before = registration.budget - (history.total_cost - result.cost)
         allowance = budget_before * self.profile[t] / max(self.remaining_share[t], 1e-9)
         excess = np.maximum(by.cost / share - allowance[:, None], 0.0) * share
         ok = (violation <= 0) & (excess <= 0)
         score = np.where(ok, by.delivery, -(violation + excess))
-        score = np.where(self.exploring & (by.impressions > 0), score, -np.inf)
+        score = np.where(self.exploring & (by.auctions > 0), score, -np.inf)
 
         ranked = np.argsort(-score, axis=1, kind="stable")
         take = np.arange(TRAFFIC_BUCKETS)[None, :] < self.elites[:, None]

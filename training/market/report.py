@@ -59,7 +59,7 @@ def collect_facts(market: Market, progress: Callable[[OracleResult], None] | Non
             DayFacts(
                 day=entry.day,
                 split=entry.split,
-                impressions_per_slot=index.impressions.astype(float),
+                impressions_per_slot=index.auctions.astype(float),
                 delivery_share=float(np.mean(index.log.delivery > 0)),
                 roi_at_top_ratio=float(top_delivery[0] / top_cost[0]) if top_cost[0] > 0 else float("inf"),
                 slot_ratios=np.asarray(oracle.ratios),
