@@ -1,0 +1,1 @@
+"""Open-loop HTTP load generator for the bidding service (see loadtest/README.md)."""
