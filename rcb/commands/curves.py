@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rcb.commands.common import console, fail, print_json, user_errors
+from rcb.commands.common import check_output_file, console, fail, print_json, user_errors
 
 
 def curves_command(
@@ -27,6 +27,7 @@ def curves_command(
     from training.learning_curves import CurveError, expand_runs, load_group, plot, speed_table, split_group
 
     with user_errors():
+        check_output_file(out)
         try:
             loaded = []
             for spec in groups:

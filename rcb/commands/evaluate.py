@@ -1,7 +1,13 @@
-"""`rcb evaluate`: methods over a split and setting for N seeds -> episodes.csv, summary.json, tables, plots."""
+"""`rcb evaluate`: methods over a split and setting for N seeds -> episodes.csv, summary.json, tables, plots.
+
+Everything that can be refused is checked before any work: the output directory, the split, every
+method (an exported model or a training run made for the other setting is refused here, not after the
+baselines were tuned and the other methods played).
+"""
 
 from __future__ import annotations
 
+import json as jsonlib
 import shlex
 import sys
 from pathlib import Path
@@ -10,7 +16,53 @@ from typing import Annotated
 import typer
 
 from model.contract import Setting
-from rcb.commands.common import console, fail, print_json, progress, user_errors
+from rcb.commands.common import check_output_dir, console, fail, print_json, progress, user_errors
+
+RUN_FILE = "run.json"
+
+
+def _run_setting(run_dir: Path) -> str:
+    try:
+        return str(jsonlib.loads((run_dir / RUN_FILE).read_text())["setting"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{run_dir / RUN_FILE}: unreadable run record ({exc})") from None
+
+
+def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
+    """Each method's setting matches ``setting`` (cards and run records only: nothing heavy is loaded).
+
+    Returns how many times each method plays the split, for the progress bar's total: a run group once
+    per run, every other method once per seed (-1 here). Raises ValueError naming the first method
+    that cannot be played.
+    """
+    from model.artifact import ArtifactError, read_card
+    from training.evaluate import ONNX_PREFIX, is_run_dir, run_group
+
+    plays: dict[str, int] = {}
+    for method in methods:
+        group = run_group(method)
+        if group is not None:
+            label, runs = group
+            for run in runs:
+                if _run_setting(run) != setting.value:
+                    raise ValueError(f"{run} (in {label}) was trained for {_run_setting(run)}, not {setting.value}")
+            plays[method] = len(runs)
+        elif method.startswith(ONNX_PREFIX):
+            try:
+                card = read_card(Path(method[len(ONNX_PREFIX) :]))
+            except ArtifactError as exc:
+                raise ValueError(f"{method}: {exc}") from None
+            if str(card.setting) != setting.value:
+                raise ValueError(f"{method} was trained for {card.setting}, not {setting.value}")
+            plays[method] = -1
+        elif is_run_dir(method):
+            trained = _run_setting(Path(method))
+            if trained != setting.value:
+                raise ValueError(f"{method} was trained for {trained}, not {setting.value}")
+            plays[method] = -1
+        else:
+            plays[method] = -1
+    return plays
 
 
 def evaluate_command(
@@ -29,24 +81,35 @@ def evaluate_command(
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("out/evaluate"),
     json: Annotated[bool, typer.Option("--json", help="Print summary.json on stdout.")] = False,
 ) -> None:
-    """Evaluate methods (baselines tuned on train days only) with the paper's metrics."""
-    from training.evaluate import EvaluationError, evaluate, parse_methods, write_outputs
+    """Evaluate methods (baselines tuned on train days only) with the paper's metrics (docs/metrics.md)."""
+    from training.evaluate import BASELINES, EvaluationError, evaluate, parse_methods, write_outputs
     from training.evaluation_report import markdown_table
     from training.market.dataset import Market
 
     with user_errors():
         try:
-            chosen = parse_methods(methods)
-            market = Market.open(data_dir)
+            check_output_dir(out)
             if split not in ("test", "ood"):
                 raise EvaluationError(f"unknown split {split!r}; expected test or ood")
+            chosen = parse_methods(methods)
+            market = Market.open(data_dir)
             if not market.split(split):
                 raise EvaluationError(f"{data_dir}: split {split!r} has no days")
+            if any(m in BASELINES for m in chosen) and not market.split("train"):
+                raise EvaluationError(f"{data_dir}: baselines are tuned on the train split, which has no days")
+            plays = check_methods(chosen, setting)
+            total = sum(seeds if n < 0 else n for n in plays.values())
             with progress(quiet=json) as bar:
-                task = bar.add_task(f"evaluating on {split}/{setting.value}", total=None)
-                evaluation = evaluate(
-                    market, setting.value, split, chosen, seeds, progress=lambda stage: bar.advance(task)
-                )
+                title = f"evaluating on {split}/{setting.value}"
+                task = bar.add_task(f"{title}: loading days", total=total)
+
+                def tick(stage: str) -> None:
+                    if stage == "episodes":
+                        bar.update(task, advance=1, description=f"{title}: playing")
+                    else:  # loading days, solving oracles, tuning a baseline: work of unknown length
+                        bar.update(task, description=f"{title}: {STAGES.get(stage, stage)}")
+
+                evaluation = evaluate(market, setting.value, split, chosen, seeds, progress=tick)
         except EvaluationError as exc:
             raise fail(str(exc)) from None
         evaluation.meta["command"] = "rcb evaluate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
@@ -56,3 +119,7 @@ def evaluate_command(
     else:
         typer.echo(markdown_table(evaluation.summary, evaluation.meta))
         console.print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+STAGES = {"oracle": "oracles", "load": "loading days", "rm": "tuning rm", "pid": "tuning pid", "cem": "tuning cem"}
+"""What the progress bar says while training.evaluate reports a stage other than a played episode."""

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json as jsonlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from rcb.commands.common import console, fail, print_json, progress, user_errors
+from rcb.commands.common import check_output_dir, fail, print_json, progress, user_errors
+
+
+def _steps(run: Path) -> int:
+    """Export steps reported by training.export: policy.onnx, encoder.onnx (CBRL only), parity."""
+    try:
+        algo = jsonlib.loads((run / "run.json").read_text())["config"]["algo"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{run / 'run.json'}: unreadable run record ({exc})") from None
+    return 3 if algo == "cbrl" else 2
 
 
 def export_command(
@@ -17,16 +27,25 @@ def export_command(
     json: Annotated[bool, typer.Option("--json", help="Print the export summary as JSON.")] = False,
 ) -> None:
     """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch."""
-    from training.export import ExportError, export_run
+    from training.export import ExportError, _check_destination, export_run
     from training.train import RunError
 
     with user_errors():
         try:
+            check_output_dir(out)
+            _check_destination(out, force)
+            if not (run / "run.json").is_file() or not (run / "best.pt").is_file():
+                raise RunError(f"{run}: not a finished training run (no run.json or best.pt)")
+            total = _steps(run)
             with progress(quiet=json) as bar:
-                task = bar.add_task(f"exporting {run}", total=None)
-                card = export_run(
-                    run, out, force=force, progress=lambda step: bar.update(task, description=f"exporting: {step}")
-                )
+                task = bar.add_task("exporting: loading the run", total=total)
+
+                def step(name: str) -> None:
+                    done = {"policy.onnx": 0, "encoder.onnx": 1, "parity": total - 1}.get(name)
+                    bar.update(task, description=f"exporting: {name}", completed=done)
+
+                card = export_run(run, out, force=force, progress=step)
+                bar.update(task, description="exporting: done", completed=total)
         except (RunError, ExportError) as exc:
             raise fail(str(exc)) from None
     files = sorted(p.name for p in out.iterdir())
@@ -46,7 +65,7 @@ def export_command(
     else:
         worst = max(card.parity.values())
         size = summary["bytes"] / 1024
-        console.print(
+        typer.echo(
             f"exported {card.algorithm} ({card.setting}) to {out}: {', '.join(files)} ({size:.0f} KiB), opset"
             f" {card.opset}, max |torch - onnxruntime| {worst:.1e}"
         )

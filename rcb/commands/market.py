@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from rcb.commands import market_import
-from rcb.commands.common import console, fail, print_json, progress, user_errors
+from rcb.commands.common import check_output_dir, check_output_file, console, fail, print_json, progress, user_errors
 
 app = typer.Typer(help="Make, import and inspect market logs.", no_args_is_help=True)
 app.command("import")(market_import.import_command)
@@ -29,13 +29,22 @@ def generate_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing market in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print the manifest summary as JSON.")] = False,
 ) -> None:
-    """Generate a synthetic non-stationary market (SPEC 3 schema, paper-style ID/OOD split)."""
+    """Generate a synthetic non-stationary market (SPEC 3 schema, paper-style ID/OOD split; docs/data-schema.md)."""
     from training.market.dataset import MANIFEST
-    from training.market.generator import config_with, generate_market
+    from training.market.generator import check_config, config_with, generate_market, min_days_id
 
-    if (out / MANIFEST).exists() and not force:
-        raise fail(f"{out} already holds a market ({MANIFEST}); pass --force to overwrite")
-    config = config_with(days_id=days_id, days_ood=days_ood, impressions_per_day=impressions_per_day, seed=seed)
+    with user_errors():
+        check_output_dir(out)
+        if (out / MANIFEST).exists() and not force:
+            raise fail(f"{out} already holds a market ({MANIFEST}); pass --force to overwrite")
+        config = config_with(days_id=days_id, days_ood=days_ood, impressions_per_day=impressions_per_day, seed=seed)
+        n_train = round(config.train_fraction * days_id)
+        if days_id + days_ood > 0 and (n_train < 1 or days_id - n_train < 1):
+            raise fail(
+                f"--days-id {days_id} gives {n_train} train and {days_id - n_train} test days; a market needs at"
+                f" least 1 train and 1 test day: --days-id {min_days_id(config.train_fraction)} or more"
+            )
+        check_config(config)
     started = time.perf_counter()
     with user_errors(), progress(quiet=json) as bar:
         task = bar.add_task("generating days", total=days_id + days_ood)
@@ -46,7 +55,7 @@ def generate_command(
     if json:
         print_json({"out": str(out), "days": counts, "impressions": impressions, "seconds": round(elapsed, 2)})
     else:
-        console.print(
+        typer.echo(
             f"wrote {len(market.days)} days ({counts['train']} train / {counts['test']} test / {counts['ood']} ood),"
             f" {impressions:,} impressions to {out} in {elapsed:.1f}s"
         )
@@ -58,11 +67,13 @@ def report_command(
     out: Annotated[Path | None, typer.Option("--out", help="PNG path (default DIR/report.png).")] = None,
     json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Show how non-stationary a market is: a Fig.-4-style PNG and a per-split summary."""
+    """Show how non-stationary a market is: a Fig.-4-style PNG and a per-split summary (stdout)."""
     from training.market.dataset import Market
     from training.market.report import collect_facts, format_summary, plot, summarize
 
     with user_errors():
+        png = check_output_file(out or data_dir / "report.png", what="--out" if out else "report")
+        check_output_file(png.with_suffix(".json"), what="--out" if out else "report")
         market = Market.open(data_dir)
         if not market.days:
             raise fail(f"{data_dir}: the manifest lists no days")
@@ -70,11 +81,11 @@ def report_command(
             task = bar.add_task("oracles (cached after the first run)", total=3 * len(market.days))
             facts = collect_facts(market, progress=lambda _result: bar.advance(task))
         summary = summarize(facts)
-        png = out or data_dir / "report.png"
+        png.parent.mkdir(parents=True, exist_ok=True)
         plot(facts, png, title=f"{data_dir.name}: {len(market.days)} days")
         (png.with_suffix(".json")).write_text(jsonlib.dumps(summary, indent=1))
     if json:
         print_json({"png": str(png), "summary": summary})
     else:
-        typer.echo(format_summary(summary))
-        console.print(f"plot: {png}")
+        typer.echo(format_summary(summary, title=f"{data_dir}: non-stationarity per split"))
+        console.print(f"plot: {png}, summary: {png.with_suffix('.json')}")

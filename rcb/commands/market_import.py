@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from rcb.commands.common import console, print_json, progress, user_errors
+from rcb.commands.common import check_output_dir, console, print_json, progress, stdout_console, user_errors
 
 
 class LogFormat(StrEnum):
@@ -84,6 +84,9 @@ def import_command(
     from training.market.adapters import import_market
 
     with user_errors():
+        check_output_dir(out)
+        if not src.exists():
+            raise FileNotFoundError(f"{src}: no such file or directory")
         ood = parse_days(ood_days)
         with progress(quiet=json) as bar:
             tasks: dict[str, Any] = {}
@@ -109,7 +112,7 @@ def import_command(
     if json:
         print_json(result)
         return
-    console.print(summary_table(result))
+    stdout_console().print(summary_table(result))
     counts = result["days_per_split"]
     if (counts["train"] == 0 and test_fraction < 1) or (counts["test"] == 0 and test_fraction > 0):
         # An i.i.d. split of a few days can leave a split empty; say so rather than let training find out.

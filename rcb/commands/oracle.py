@@ -1,7 +1,7 @@
 """`rcb oracle DIR --setting sc|mc [--kind slot|day] [--split S] [--json]`: hindsight oracles per day (SPEC 6).
 
 With ``--json``, one object per line on stdout: ``{day, split, setting, roi_target, budget, delivery, cost,
-ratios: [48 floats]}``; without it, a table. Progress and messages go to stderr. Answers are cached in
+ratios: [48 floats]}``; without it, a table on stdout. Progress and messages go to stderr. Answers are cached in
 ``DIR/.rcb-cache/oracle/`` (see :mod:`training.oracle`), so a second run is fast.
 """
 
@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from model.contract import Setting
-from rcb.commands.common import console, fail, print_json, progress, user_errors
+from rcb.commands.common import console, fail, print_json, progress, stdout_console, user_errors
 from training.oracle import OracleKind
 
 
@@ -82,4 +82,4 @@ def oracle_command(
             f"{roi:.4f}",
             ratios,
         )
-    console.print(table)
+    stdout_console().print(table)

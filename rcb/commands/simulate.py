@@ -16,26 +16,33 @@ from typing import Annotated, Any
 import typer
 
 from model.contract import Setting
-from rcb.commands.common import print_json, user_errors
+from rcb.commands.common import print_json, stdout_console, user_errors
 
 
 def parse_ratios(text: str, slots: int) -> list[float]:
-    """``"r0,...,r{slots-1}"`` (or a single value for every slot) as a list of finite, non-negative floats.
+    """``"r0,...,r{slots-1}"`` (or a single value for every slot) as a list of bid ratios in [0, 4].
 
-    Raises ValueError with a one-line message naming the offending slot.
+    Every value is checked (a number, finite, in range) before the count, so ``a,b,c`` says "not a
+    number" rather than "expected 48". Raises ValueError with a one-line message naming the offending slot.
     """
+    from model.contract import RATIO_MAX, RATIO_MIN
+
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) not in (1, slots):
-        raise ValueError(f"--ratios: expected {slots} comma-separated values (or one for every slot), got {len(parts)}")
     ratios = []
     for slot, part in enumerate(parts):
         try:
             value = float(part)
         except ValueError:
             raise ValueError(f"--ratios: value for slot {slot} is not a number: {part!r}") from None
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"--ratios: ratio for slot {slot} must be finite and >= 0, got {part!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"--ratios: ratio for slot {slot} must be finite, got {part!r}")
+        if not RATIO_MIN <= value <= RATIO_MAX:
+            raise ValueError(
+                f"--ratios: ratio for slot {slot} is {part}, outside the bid-ratio range [{RATIO_MIN:g}, {RATIO_MAX:g}]"
+            )
         ratios.append(value)
+    if len(ratios) not in (1, slots):
+        raise ValueError(f"--ratios: expected {slots} comma-separated values (or one for every slot), got {len(parts)}")
     return ratios * slots if len(ratios) == 1 else ratios
 
 
@@ -81,7 +88,6 @@ def simulate_day(data_dir: Path, day: int, setting: Setting, ratios: list[float]
 
 def _render(result: dict[str, Any]) -> None:
     """The result as a per-slot rich table plus a totals line, on stdout."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"day {result['day']} ({result['setting'].upper()})", show_footer=True)
@@ -103,7 +109,7 @@ def _render(result: dict[str, Any]) -> None:
             f"{s['delivery']:.4f}",
             f"{s['cost']:.4f}",
         )
-    out = Console()
+    out = stdout_console()
     out.print(table)
     roi = "inf (nothing spent)" if result["roi"] is None else f"{result['roi']:.4f}"
     budget = "none" if result["budget"] is None else f"{result['budget']:.4f}"
@@ -122,7 +128,10 @@ def simulate_command(
         Setting, typer.Option("--setting", help="sc: L = 1, no budget; mc: the day's manifest L and B.")
     ],
     ratios: Annotated[
-        str, typer.Option("--ratios", help="48 comma-separated bid ratios r0,...,r47 (or one ratio for every slot).")
+        str,
+        typer.Option(
+            "--ratios", help="48 comma-separated bid ratios r0,...,r47 in [0, 4] (or one ratio for every slot)."
+        ),
     ],
     json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")] = False,
 ) -> None:
@@ -130,7 +139,8 @@ def simulate_command(
     from model.contract import SLOTS_PER_DAY
 
     with user_errors():
-        result = simulate_day(data_dir, day, setting, parse_ratios(ratios, SLOTS_PER_DAY))
+        parsed = parse_ratios(ratios, SLOTS_PER_DAY)  # before the market is opened: a typo costs nothing
+        result = simulate_day(data_dir, day, setting, parsed)
     if json:
         print_json(result)
     else:

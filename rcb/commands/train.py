@@ -2,13 +2,64 @@
 
 from __future__ import annotations
 
+import ast
+import json as jsonlib
+from functools import cache
+from importlib.util import find_spec
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from model.contract import Setting
-from rcb.commands.common import console, fail, print_json, progress, user_errors
+from rcb.commands.common import check_output_dir, fail, print_json, progress, user_errors
+
+RUN_FILE = "run.json"
+
+
+@cache
+def sac_defaults() -> dict[str, Any]:
+    """``SACConfig``'s field defaults, read from its source so that ``rcb train --help`` does not import torch."""
+    spec = find_spec("training.agents.sac")
+    if spec is None or spec.origin is None:
+        return {}
+    tree = ast.parse(Path(spec.origin).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "SACConfig":
+            out = {}
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                    try:
+                        out[item.target.id] = ast.literal_eval(item.value)
+                    except ValueError:
+                        continue
+            return out
+    return {}
+
+
+def _default(name: str) -> Any:
+    """The option's default: SACConfig's own (None, meaning "SACConfig's", if its source cannot be read)."""
+    return sac_defaults().get(name)
+
+
+def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> None:
+    """What a run directory allows, checked before the bar and the work start (training.train checks it again)."""
+    run_file = out / RUN_FILE
+    if not run_file.exists():
+        if resume:
+            raise ValueError(f"--resume: {out} holds no run ({RUN_FILE}) to continue; drop --resume to start one")
+        return
+    if not resume:
+        raise ValueError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    try:
+        previous = jsonlib.loads(run_file.read_text())
+        trained_setting, trained_algo = previous["setting"], previous["config"]["algo"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{run_file}: unreadable run record ({exc}); it cannot be resumed") from None
+    if trained_setting != str(setting):
+        raise ValueError(f"{out} was trained on other data or another setting; it cannot be resumed here")
+    if trained_algo != algo:
+        raise ValueError(f"{out} trains {trained_algo}, not {algo}")
 
 
 def train_command(
@@ -23,20 +74,28 @@ def train_command(
             " uscb (gamma^violation penalty) or rcpo (Lagrangian).",
         ),
     ] = "crl",
-    epochs: Annotated[
-        int | None, typer.Option("--epochs", min=1, help="Training epochs [default: SACConfig's].")
-    ] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="Training epochs.")] = _default("epochs"),
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds networks, collection and sampling.")] = 0,
     uscb_gamma: Annotated[
-        float | None, typer.Option("--uscb-gamma", min=1.0, help="uscb: penalty base gamma [default: SACConfig's].")
-    ] = None,
+        float | None,
+        typer.Option("--uscb-gamma", min=1.0, help="uscb: penalty base gamma."),
+    ] = _default("uscb_gamma"),
     rcpo_learning_rate: Annotated[
         float | None,
-        typer.Option("--rcpo-learning-rate", min=0.0, help="rcpo: dual-ascent step [default: SACConfig's]."),
-    ] = None,
+        typer.Option(
+            "--rcpo-learning-rate",
+            min=0.0,
+            help="rcpo: dual-ascent step.",
+        ),
+    ] = _default("rcpo_learning_rate"),
     updates_per_epoch: Annotated[
-        int | None, typer.Option("--updates-per-epoch", min=1, help="Gradient steps per epoch [default: SACConfig's].")
-    ] = None,
+        int | None,
+        typer.Option(
+            "--updates-per-epoch",
+            min=1,
+            help="Gradient steps per epoch.",
+        ),
+    ] = _default("updates_per_epoch"),
     auto_curriculum: Annotated[
         bool,
         typer.Option(
@@ -48,12 +107,16 @@ def train_command(
 ) -> None:
     """Train SAC (CBRL or a rival) on the train days; resumable, with a progress bar and learning curves."""
     from training.agents.sac import SACConfig
+    from training.market.dataset import Market
     from training.train import ALGOS, RunError, run_training
 
     if algo not in ALGOS:
         raise fail(f"unknown or not yet trainable algo {algo!r}; available: {', '.join(ALGOS)}")
     with user_errors():
         try:
+            check_output_dir(out)
+            _check_resumable(out, setting, algo, resume)
+            Market.open(data)  # a missing or malformed market is reported before the bar is drawn
             overrides = {
                 "epochs": epochs,
                 "updates_per_epoch": updates_per_epoch,
@@ -68,6 +131,9 @@ def train_command(
             )
             with progress(quiet=json) as bar:
                 task = bar.add_task(f"training {algo} on {setting.value}", total=config.epochs)
+                if resume:
+                    done = len(jsonlib.loads((out / RUN_FILE).read_text()).get("history", []))
+                    bar.update(task, completed=min(done, config.epochs))
 
                 def tick(log) -> None:
                     bar.update(task, completed=log.epoch + 1)
@@ -83,6 +149,7 @@ def train_command(
     if json:
         print_json(summary)
     else:
-        console.print(
-            f"run in {out}: best validation score {summary['best_validation_score']:.3f}; curves {out}/curves.png"
+        typer.echo(
+            f"run in {out}: best validation score {summary['best_validation_score']:.3f} after"
+            f" {summary['epochs']} epochs; curves {out}/curves.png"
         )

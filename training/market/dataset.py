@@ -3,6 +3,10 @@
 The manifest lists every day with its split (``train``, ``test`` or ``ood``), its file, its MC
 constraints ``{roi_target, budget}`` and, for synthetic markets, the day's latent regime (for
 analysis only: nothing that bids may read it).
+
+A day file whose manifest entry records a ``sha256`` is checked against it when the day is loaded or
+fingerprinted: an edited or swapped file is a :class:`MarketError` naming the file, never silently
+different data. The hash is computed once per file version (keyed by size and modification time).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model.artifact import file_sha256
 from training.files import atomic_write_text
 from training.market.logs import read_log
 from training.market.schema import DayLog
@@ -68,14 +73,6 @@ class DayEntry:
             raise MarketError(f"manifest day entry {raw!r} is malformed: {exc!r}") from exc
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @dataclass
 class Market:
     """An opened market directory."""
@@ -83,6 +80,8 @@ class Market:
     root: Path
     days: list[DayEntry]
     source: dict[str, Any] = field(default_factory=dict)
+    _hashes: dict[str, tuple[tuple[int, int], str]] = field(default_factory=dict, repr=False, compare=False)
+    """file -> ((size, mtime_ns), sha256): each version of a day file is hashed once."""
 
     @classmethod
     def open(cls, root: Path | str) -> Market:
@@ -126,14 +125,33 @@ class Market:
     def load(self, day: int) -> DayLog:
         """Load one day strictly: any invalid row is an error (a market directory is already clean)."""
         entry = self.entry(day)
+        self.fingerprint(day)  # refuses a file that differs from the manifest's sha256
         logs, _ = read_log(self.root / entry.file, on_invalid="error")
         if list(logs) != [day]:
             raise MarketError(f"{entry.file}: expected rows of day {day} only, found days {sorted(logs)}")
         return logs[day]
 
     def fingerprint(self, day: int) -> str:
-        """Content hash of a day's file (what caches are keyed by)."""
-        return file_sha256(self.root / self.entry(day).file)
+        """Content hash of a day's file (what caches are keyed by), checked against the manifest's sha256."""
+        entry = self.entry(day)
+        path = self.root / entry.file
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            raise MarketError(f"{path}: day {day}'s file, listed in {MANIFEST}, is missing") from None
+        version = (stat.st_size, stat.st_mtime_ns)
+        cached = self._hashes.get(entry.file)
+        if cached is not None and cached[0] == version:
+            digest = cached[1]
+        else:
+            digest = file_sha256(path)
+            self._hashes[entry.file] = (version, digest)
+        if entry.sha256 and digest != entry.sha256:
+            raise MarketError(
+                f"{path}: contents differ from the sha256 in {MANIFEST} (the file was edited or replaced after the"
+                " market was written); regenerate or re-import the market"
+            )
+        return digest
 
     def split_fingerprint(self, split: str) -> str:
         """sha256 over a split's day files and MC constraints: what a model tuned or trained on it saw."""

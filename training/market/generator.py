@@ -245,15 +245,37 @@ def _build_day(args: tuple[int, str, MarketConfig, str]) -> dict[str, Any]:
     return entry.to_dict()
 
 
+def min_days_id(train_fraction: float) -> int | None:
+    """The fewest ID days whose split has at least one train and one test day (None: no count does)."""
+    for n in range(2, 1001):
+        n_train = round(train_fraction * n)
+        if 1 <= n_train <= n - 1:
+            return n
+    return None
+
+
+def check_config(config: MarketConfig) -> None:
+    """Refuse a config that makes an unusable market (ValueError naming the minimum), before any day is drawn."""
+    if config.days_id < 0 or config.days_ood < 0 or config.days_id + config.days_ood == 0:
+        raise ValueError("need at least one day (days_id + days_ood > 0, both >= 0)")
+    if config.impressions_per_day < SLOTS_PER_DAY:
+        raise ValueError(f"impressions_per_day must be >= {SLOTS_PER_DAY}")
+    n_train = round(config.train_fraction * config.days_id)
+    if n_train < 1 or config.days_id - n_train < 1:
+        least = min_days_id(config.train_fraction)
+        minimum = f"days_id >= {least}" if least else "another train_fraction"
+        raise ValueError(
+            f"days_id = {config.days_id} splits into {n_train} train and {config.days_id - n_train} test days;"
+            f" a market needs at least 1 train and 1 test day ({minimum} with train_fraction {config.train_fraction})"
+        )
+
+
 def generate_market(out: Path, config: MarketConfig, workers: int | None = None, progress=None) -> Market:
     """Write ``config``'s market into ``out`` (one Parquet per day + manifest.json); return it.
 
     ``progress`` is an optional callable invoked once per finished day.
     """
-    if config.days_id < 0 or config.days_ood < 0 or config.days_id + config.days_ood == 0:
-        raise ValueError("need at least one day (days_id + days_ood > 0, both >= 0)")
-    if config.impressions_per_day < SLOTS_PER_DAY:
-        raise ValueError(f"impressions_per_day must be >= {SLOTS_PER_DAY}")
+    check_config(config)
     out.mkdir(parents=True, exist_ok=True)
     splits = split_of_days(config)
     jobs = [(day, split, config, str(out)) for day, split in sorted(splits.items())]

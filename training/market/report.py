@@ -3,7 +3,7 @@
 The paper's Fig. 4 shows (left) the spread of the slot-wise optimal ratios around each day's
 optimal ratio and (right) the distribution of the day-wise optimal ratio per split. Both come from
 the hindsight oracles of the SC setting (L = 1, no budget); we add the traffic profile per split and
-a few days' slot-wise optimal-ratio paths, and for MC how often each constraint binds.
+every day's slot-wise optimal ratios (a heat map, one row per day), and for MC how often each constraint binds.
 """
 
 from __future__ import annotations
@@ -110,11 +110,12 @@ def summarize(facts: list[DayFacts]) -> dict[str, dict[str, float]]:
 
 
 def plot(facts: list[DayFacts], path: Path, title: str) -> None:
-    """The 2x2 figure: slot deviations, day-wise ratios, traffic profile, example slot paths."""
+    """The 2x2 figure: slot deviations, day-wise ratios, traffic profile, every day's slot-wise ratios."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     splits = [s for s in SPLITS if any(f.split == s for f in facts)]
@@ -136,6 +137,7 @@ def plot(facts: list[DayFacts], path: Path, title: str) -> None:
         ax.hist(ratios, bins=bins, alpha=0.45, color=SPLIT_COLORS[split], label=f"{split} ({len(ratios)} days)")
     ax.set_xlabel("day-wise optimal bid ratio")
     ax.set_ylabel("days")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("Day-wise optimal ratio per split (SC)")
     ax.legend()
 
@@ -152,15 +154,31 @@ def plot(facts: list[DayFacts], path: Path, title: str) -> None:
     ax.legend()
 
     ax = axes[1, 1]
-    for split in splits:
-        for f in [f for f in facts if f.split == split][:3]:
-            ratios = np.where(f.slot_wins > 0, f.slot_ratios, np.nan)
-            ax.plot(hours, ratios, ".-", color=SPLIT_COLORS[split], alpha=0.7, label=f"day {f.day} ({split})")
-            ax.axhline(f.day_ratio, color=SPLIT_COLORS[split], lw=0.8, ls="--", alpha=0.6)
+    # Every day's path as one row of a heat map, grouped by split: readable for 10 days or 100, no legend.
+    ordered = [f for split in splits for f in facts if f.split == split]
+    grid = np.array([np.where(f.slot_wins > 0, f.slot_ratios, np.nan) for f in ordered])
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.85")
+    image = ax.imshow(
+        np.ma.masked_invalid(grid),
+        aspect="auto",
+        interpolation="nearest",
+        cmap=cmap,
+        vmin=0.0,
+        vmax=RATIO_MAX,
+        extent=(0, SLOTS_PER_DAY / 2, len(ordered), 0),
+    )
+    fig.colorbar(image, ax=ax, label="slot-wise optimal bid ratio", pad=0.02)
+    edges = np.cumsum([0] + [sum(f.split == s for f in facts) for s in splits])
+    for edge in edges[1:-1]:
+        ax.axhline(edge, color="white", lw=2)
+    ax.set_yticks(
+        (edges[:-1] + edges[1:]) / 2, [f"{s}\n({edges[i + 1] - edges[i]} days)" for i, s in enumerate(splits)]
+    )
+    for tick, split in zip(ax.get_yticklabels(), splits, strict=True):
+        tick.set_color(SPLIT_COLORS[split])
+    ax.set_xticks(range(0, 25, 4))
     ax.set_xlabel("hour of day")
-    ax.set_ylabel("optimal bid ratio")
-    ax.set_title("Slot-wise optimal ratios of a few days (dashed: day-wise)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("Slot-wise optimal ratio, one row per day (grey: no win)")
 
     fig.suptitle(title)
     fig.tight_layout()
@@ -168,8 +186,8 @@ def plot(facts: list[DayFacts], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def format_summary(summary: dict[str, dict[str, float]]) -> str:
-    """A plain-text table of :func:`summarize` (also what the CLI prints)."""
+def format_summary(summary: dict[str, dict[str, float]], title: str = "Market summary per split") -> str:
+    """A plain-text table of :func:`summarize` under a heading (also what the CLI prints)."""
     rows = [
         ("days", "days", "{:.0f}"),
         ("impressions_per_day", "impressions/day", "{:,.0f}"),
@@ -185,7 +203,8 @@ def format_summary(summary: dict[str, dict[str, float]]) -> str:
     ]
     splits = list(summary)
     width = max(len(label) for _, label, _ in rows) + 2
-    lines = ["".ljust(width) + "".join(s.rjust(12) for s in splits)]
+    lines = [title, "", "per split".ljust(width) + "".join(s.rjust(12) for s in splits)]
+    lines.append("-" * len(lines[-1]))
     for key, label, fmt in rows:
         lines.append(label.ljust(width) + "".join(fmt.format(summary[s][key]).rjust(12) for s in splits))
     return "\n".join(lines)
