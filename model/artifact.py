@@ -32,16 +32,28 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
 from model.features import FEATURES
+from model.history import SLOT_STATS
 from model.sampling import sample_posterior
 
 FORMAT = "rcb-model"
-FORMAT_VERSION = 1
-"""Bump when the card's schema or the graphs' I/O contract changes; loaders refuse other versions."""
+FORMAT_VERSION = 2
+"""Bump when the card's schema or the graphs' I/O contract changes; loaders refuse other versions.
+
+Version 2: scale-free features (no ``reference_delivery`` anywhere), ``auctions`` for the auctions
+entered per slot, and the card declares the slot stats and registration fields the model reads.
+"""
+OLD_VERSIONS = {
+    1: "version 1 models read a reference delivery (the train days' median hindsight oracle delivery) that no "
+    "campaign can know, and 10 features; retrain and export them with this version of rcb (bash "
+    "scripts/build_default_model.sh for the default model)",
+}
 CARD_FILE = "model.json"
 POLICY_FILE = "policy.onnx"
 ENCODER_FILE = "encoder.onnx"
 MAX_STEPS = SLOTS_PER_DAY
 """The longest trajectory the encoder reads: one transition per slot of the day."""
+REGISTRATION_FIELDS: tuple[str, ...] = ("roi_target", "budget")
+"""What a campaign registers per episode (SPEC 7); no scale, the features are scale-free."""
 BATCH, LENGTH = "batch", "length"
 """Names of the dynamic axes: any batch size >= 1, trajectory length 1..48."""
 
@@ -131,8 +143,6 @@ class TrainingInfo(BaseModel):
     market: str
     data_fingerprint: str = Field(min_length=1)
     """sha256 over the train split's day files and constraints (``Market.split_fingerprint("train")``)."""
-    reference_delivery: float | None = None
-    """The typical daily delivery of the training days: a default scale for a campaign that gives none."""
     epoch: int | None = None
     """The epoch whose actor was exported (the best on validation days)."""
     epochs: int = Field(ge=0)
@@ -158,6 +168,11 @@ class ModelCard(_Strict):
     algorithm: str
     setting: Setting
     features: tuple[FeatureSpec, ...]
+    slot_stats: tuple[str, ...] = SLOT_STATS
+    """What the ad engine reports at the end of each slot, in order (delivery attributed during the slot,
+    cost, auctions won, auctions entered): the service asks for exactly these."""
+    registration: tuple[str, ...] = REGISTRATION_FIELDS
+    """What a campaign registers per episode (L, and B or none): all known before the day."""
     obs_dim: int = Field(gt=0)
     latent_dim: int = Field(ge=0)
     """0: a non-Bayesian policy (no ``encoder.onnx``, the policy reads the observation alone)."""
@@ -193,6 +208,12 @@ class ModelCard(_Strict):
             raise ValueError(f"transition_dim must be 2 * obs_dim + 1 = {expected}, not {self.transition_dim}")
         if not self.bayesian and self.transition_dim is not None:
             raise ValueError("transition_dim must be null when latent_dim is 0 (no encoder)")
+        if tuple(self.slot_stats) != SLOT_STATS:
+            raise ValueError(
+                f"slot_stats must be {list(SLOT_STATS)} (what this code observes), not {list(self.slot_stats)}"
+            )
+        if tuple(self.registration) != REGISTRATION_FIELDS:
+            raise ValueError(f"registration must be {list(REGISTRATION_FIELDS)}, not {list(self.registration)}")
         if self.max_steps != MAX_STEPS:
             raise ValueError(f"max_steps must be {MAX_STEPS} (slots per day), not {self.max_steps}")
         if sorted(self.files) != sorted(self.expected_files):
@@ -237,6 +258,9 @@ def read_card(directory: Path) -> ModelCard:
         raise ArtifactError(f"{path}: expected a JSON object, got {type(raw).__name__}")
     if raw.get("format") != FORMAT:
         raise ArtifactError(f"{path}: format {raw.get('format')!r} is not an rcb model ({FORMAT!r})")
+    if raw.get("format_version") in OLD_VERSIONS:
+        version = raw["format_version"]
+        raise ArtifactError(f"{path}: format version {version} is no longer supported: {OLD_VERSIONS[version]}")
     if raw.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(
             f"{path}: format version {raw.get('format_version')!r} is not supported; this code reads version "

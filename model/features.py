@@ -2,9 +2,15 @@
 
 One function, :func:`observe`, used by the simulator-driven training, by offline evaluation and by
 the live service. Every feature uses only what a live bidder knows (SPEC 5): the registration
-(L, B, reference delivery), its own past ratios and the slot stats it was told. The paper normalizes
-delivery by the *same day's* hindsight oracle ``D*_T``; that leaks the answer, so we normalize by the
-registration's ``reference_delivery`` (a typical daily delivery from earlier days) instead.
+(L and B), its own past ratios and the slot stats it was told (delivery, cost, wins, auctions).
+
+Every feature is **scale-free**: a ratio of two amounts of the campaign itself, never an amount. The
+paper normalizes delivery by the *same day's* hindsight oracle ``D*_T``, which leaks the answer; a
+first version here divided by a "reference delivery" (the median hindsight oracle delivery of the
+train days), which no advertiser can compute and which is wrong by the ratio of two price scales on
+a market the model was not trained on. The two features that needed it (the last slot's delivery at
+a daily scale, and the banked surplus ``D - L C`` at that scale) were dropped: validation-day scores
+with and without them are in RESULTS.md's tuning log. So a campaign registers L and B and nothing else.
 
 Features (all clipped to the range listed in :data:`FEATURES`, so training and serving agree):
 
@@ -14,8 +20,6 @@ Features (all clipped to the range listed in :data:`FEATURES`, so training and s
 ``roi_gap``          ``(ROI_{t-1} - L) / L`` on the cumulative stats (0 before any spend)
 ``budget_spent``     ``C_{t-1} / B`` (0 without a budget)
 ``slot_roi_gap``     ``(D_{t-2:t-1} / C_{t-2:t-1} - L) / L`` of the last slot (0 if it spent nothing)
-``slot_delivery``    ``T * D_{t-2:t-1} / reference``: the last slot's delivery at a daily scale
-``surplus``          ``(D_{t-1} - L * C_{t-1}) / reference``: how much ROI slack is banked
 ``slot_win_rate``    ``wins / auctions`` of the last slot (0 if it saw no traffic)
 ``slot_price``       ``log`` of the last slot's cost per win over the day's cost per win so far: the
                      intraday price drift, scale-free (0 if nothing was won)
@@ -46,8 +50,6 @@ FEATURES: tuple[Feature, ...] = (
     Feature("roi_gap", -1.0, 3.0),
     Feature("budget_spent", 0.0, 1.0),
     Feature("slot_roi_gap", -1.0, 3.0),
-    Feature("slot_delivery", 0.0, 10.0),
-    Feature("surplus", -2.0, 2.0),
     Feature("slot_win_rate", 0.0, 1.0),
     Feature("slot_price", -3.0, 3.0),
     Feature("has_budget", 0.0, 1.0),
@@ -75,7 +77,7 @@ def observe(history: History, slot: int | None = None) -> np.ndarray:
         raise ValueError(f"slot {t} is not observed yet (history has {history.slot} slots)")
     reg = history.registration
     n = history.n
-    roi_target, reference = reg.roi_target, reg.reference_delivery
+    roi_target = reg.roi_target
     delivery = history.delivery[:, :t].sum(axis=1)
     cost = history.cost[:, :t].sum(axis=1)
     has_budget = np.isfinite(reg.budget)
@@ -94,8 +96,6 @@ def observe(history: History, slot: int | None = None) -> np.ndarray:
             np.where(cost > 0, (_ratio_or(delivery, cost, 0.0) - roi_target) / roi_target, 0.0),
             np.where(has_budget, cost / np.where(has_budget, reg.budget, 1.0), 0.0),
             np.where(c > 0, (_ratio_or(d, c, 0.0) - roi_target) / roi_target, 0.0),
-            SLOTS_PER_DAY * d / reference,
-            (delivery - roi_target * cost) / reference,
             _ratio_or(wins, auctions, 0.0),
             np.where(per_win > 0, np.log(np.maximum(per_win, 1e-300) / np.maximum(day_per_win, 1e-300)), 0.0),
             has_budget.astype(np.float64),

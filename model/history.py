@@ -3,6 +3,11 @@
 Every bidder (baselines, RL agents, exported ONNX models, the live service) sees exactly this and
 nothing else, so offline numbers and online behaviour come from the same information (SPEC 5: no
 hindsight, no regime, no oracle). Arrays are batched over ``n`` episodes.
+
+The slot stats are what an ad engine can report at the end of each 30-minute slot
+(:data:`SLOT_STATS`): the delivery it attributed *during* the slot (a late conversion counts in the
+slot in which it arrives, so a reported slot is final and never revised), the cost paid, the auctions
+won and the auctions entered. The simulator reports exactly these, the same way.
 """
 
 from __future__ import annotations
@@ -13,44 +18,47 @@ import numpy as np
 
 from model.contract import SLOTS_PER_DAY
 
+SLOT_STATS: tuple[str, ...] = ("delivery", "cost", "wins", "auctions")
+"""The per-slot stats a model needs from the ad engine, in this order (the model card lists them)."""
+
 
 @dataclass(frozen=True)
 class Registration:
-    """What a campaign declares when an episode starts (arrays of shape ``(n,)``)."""
+    """What a campaign declares when an episode starts (arrays of shape ``(n,)``): L and B, nothing else.
+
+    Both are known before the day: no field may need the day's own hindsight (SPEC 5).
+    """
 
     roi_target: np.ndarray
     """L: the episode must end with delivery / cost >= L."""
     budget: np.ndarray
     """B: the spend cap (``inf`` for none, as in SC)."""
-    reference_delivery: np.ndarray
-    """A typical daily delivery known before the day starts (e.g. from earlier days): a scale for features."""
 
     def __post_init__(self) -> None:
         n = self.roi_target.shape
-        if self.budget.shape != n or self.reference_delivery.shape != n or len(n) != 1:
-            raise ValueError("roi_target, budget and reference_delivery must be 1-d arrays of one length")
-        if np.any(~(self.roi_target > 0)) or np.any(np.isnan(self.budget)) or np.any(self.budget <= 0):
-            raise ValueError("roi_target must be > 0 and budget > 0 (inf for none)")
-        if np.any(~(self.reference_delivery > 0)) or not np.all(np.isfinite(self.reference_delivery)):
-            raise ValueError("reference_delivery must be finite and > 0")
+        if self.budget.shape != n or len(n) != 1:
+            raise ValueError("roi_target and budget must be 1-d arrays of one length")
+        if np.any(~np.isfinite(self.roi_target)) or np.any(~(self.roi_target > 0)):
+            raise ValueError("roi_target must be finite and > 0")
+        if np.any(np.isnan(self.budget)) or np.any(self.budget <= 0):
+            raise ValueError("budget must be > 0 (inf for none)")
 
     @property
     def n(self) -> int:
         return int(self.roi_target.shape[0])
 
     @classmethod
-    def of(cls, roi_target: float, budget: float | None, reference_delivery: float, n: int = 1) -> Registration:
+    def of(cls, roi_target: float, budget: float | None, n: int = 1) -> Registration:
         """``n`` identical registrations (``budget=None`` means no budget)."""
         return cls(
             roi_target=np.full(n, float(roi_target)),
             budget=np.full(n, np.inf if budget is None else float(budget)),
-            reference_delivery=np.full(n, float(reference_delivery)),
         )
 
     def take(self, episodes: np.ndarray | list[int]) -> Registration:
         """The registrations of some episodes, in the order given."""
         index = np.asarray(episodes, dtype=np.int64)
-        return Registration(self.roi_target[index], self.budget[index], self.reference_delivery[index])
+        return Registration(self.roi_target[index], self.budget[index])
 
 
 @dataclass
@@ -95,6 +103,25 @@ class History:
         self.wins[:, t] = wins
         self.auctions[:, t] = auctions
         self.slot = t + 1
+
+    @classmethod
+    def of_stats(cls, registration: Registration, slot: int, **stats: np.ndarray) -> History:
+        """A history at ``slot`` from the stats of its finished slots: ``ratios`` and each of
+        :data:`SLOT_STATS`, arrays ``(n, slot)`` (or ``(n, >= slot)``, of which ``[:, :slot]`` is read).
+
+        The inverse of reading ``history.ratios[:, :slot]`` etc.: a history rebuilt this way observes
+        exactly like the one recorded slot by slot (the service rebuilds a campaign's from its stored stats).
+        """
+        if not 0 <= slot <= SLOTS_PER_DAY:
+            raise ValueError(f"slot must be in 0..{SLOTS_PER_DAY}, not {slot}")
+        history = cls(registration)
+        for name in ("ratios", *SLOT_STATS):
+            values = np.asarray(stats[name], dtype=np.float64)
+            if values.ndim != 2 or values.shape[0] != history.n or values.shape[1] < slot:
+                raise ValueError(f"{name} must be ({history.n}, >= {slot}); got {values.shape}")
+            getattr(history, name)[:, :slot] = values[:, :slot]
+        history.slot = slot
+        return history
 
     @property
     def total_delivery(self) -> np.ndarray:

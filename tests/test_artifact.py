@@ -194,7 +194,7 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
     ),
     "clip range": (
         lambda d, e: rewrite_card(d, _features(lambda f: f[5].update(high=20.0))),
-        "clip ranges differ from model.features: slot_delivery",
+        "clip ranges differ from model.features: slot_win_rate",
     ),
     "action range": (
         lambda d, e: rewrite_card(d, lambda r: r.update(action={"low": 0.0, "high": 8.0})),
@@ -207,7 +207,7 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
     "not ONNX": (lambda d, e: replace_file(d, POLICY_FILE, b"\x00garbage"), "onnxruntime cannot load it"),
     "graph without z": (
         lambda d, e: replace_file(d, POLICY_FILE, (e.hard_model / POLICY_FILE).read_bytes()),
-        "policy.onnx: inputs are \\[obs tensor\\(float\\) \\['batch', 10\\]\\]; the contract is",
+        "policy.onnx: inputs are \\[obs tensor\\(float\\) \\['batch', 8\\]\\]; the contract is",
     ),
     "latent size": (
         lambda d, e: rewrite_card(d, lambda r: r.update(latent_dim=4)),

@@ -218,7 +218,6 @@ def test_bidders_never_see_the_rest_of_the_day(method: str):
     registration = Registration(
         roi_target=np.array([1.0, 1.2]),
         budget=np.array([np.inf, spent_at_two / 3]),
-        reference_delivery=np.full(2, float(a.delivery.sum()) / 4),
     )
     spies = []
     for log in (a, b):
@@ -293,7 +292,7 @@ def test_stationary_day_has_the_roi_curve_the_pid_tests_assume():
     """Sanity of the constructed market: a constant ratio beta earns ROI 2 / beta."""
     day = stationary_day()
     for beta in (0.5, 1.0, 2.0, 3.0):
-        out = play_one(rm.ConstantRatio(beta), [day], Registration.of(1.0, None, 1000.0))
+        out = play_one(rm.ConstantRatio(beta), [day], Registration.of(1.0, None))
         assert out.delivery[0] / out.cost[0] == pytest.approx(2.0 / beta, rel=1e-3)
 
 
@@ -302,7 +301,7 @@ def test_pid_drives_the_roi_to_its_target(initial_ratio: float):
     """From a start far below or above the binding ratio 2, PID ends the day with ROI within 5% of L = 1 and
     bids near 2 in the last slots; its first correction goes the right way."""
     bidder = hand_bidder("pid", initial_ratio=initial_ratio, kp=1.0, ki=0.2, kd=0.0)
-    out = play_one(bidder, [stationary_day()], Registration.of(1.0, None, 1000.0))
+    out = play_one(bidder, [stationary_day()], Registration.of(1.0, None))
     ratios = out.history.ratios[0]
     assert ratios[0] == pytest.approx(initial_ratio)
     assert out.delivery[0] / out.cost[0] == pytest.approx(1.0, rel=0.05)
@@ -318,7 +317,7 @@ def test_pid_drives_the_roi_to_its_target(initial_ratio: float):
 def test_pid_holds_a_ratio_that_already_meets_the_target():
     """Started at the binding ratio, PID stays there (no error, nothing to correct) and meets L."""
     bidder = hand_bidder("pid", initial_ratio=2.0, kp=1.0, ki=0.2, kd=0.0)
-    out = play_one(bidder, [stationary_day()], Registration.of(1.0, None, 1000.0))
+    out = play_one(bidder, [stationary_day()], Registration.of(1.0, None))
     np.testing.assert_allclose(out.history.ratios[0], 2.0, rtol=0.02)
     assert out.delivery[0] / out.cost[0] == pytest.approx(1.0, rel=0.01)
 
@@ -331,7 +330,7 @@ def test_pid_paces_a_budget_over_the_day(budget_share: float):
     full_spend = float(day.cost[2.0 * day.utility > day.market_price].sum())
     budget = budget_share * full_spend
     bidder = hand_bidder("pid", initial_ratio=1.5, kp=1.0, ki=0.2, kd=0.0, kp_budget=1.0, ki_budget=0.1)
-    out = play_one(bidder, [day], Registration.of(1.0, budget, 1000.0))
+    out = play_one(bidder, [day], Registration.of(1.0, budget))
     cost = out.history.cost[0]
     half = SLOTS_PER_DAY // 2
     assert out.cost[0] <= budget + 1e-9
@@ -354,7 +353,7 @@ def test_cem_explores_on_real_traffic(explore: int):
     log = random_day_log(np.random.default_rng(4), n=20_000, day=3)
     buckets = cem.TRAFFIC_BUCKETS
     spy = Spy(hand_bidder("cem", explore=float(explore), elites=1.0))
-    out = play_one(spy, [log], Registration.of(1.0, None, 100.0), seed=9)
+    out = play_one(spy, [log], Registration.of(1.0, None), seed=9)
     bids = np.stack([b[0] for b in spy.bids])  # (slots, buckets)
     exploit = bids[:, explore:]
     assert np.all(exploit == exploit[:, :1]), "the exploit buckets share one ratio"
@@ -390,7 +389,7 @@ def test_cem_explores_on_real_traffic(explore: int):
 def test_cem_exploration_is_seeded():
     """The same seed replays the same exploration; another seed draws other ratios."""
     log = random_day_log(np.random.default_rng(4), n=5000, day=3)
-    registration = Registration.of(1.0, None, 100.0)
+    registration = Registration.of(1.0, None)
 
     def bids(seed: int) -> np.ndarray:
         spy = Spy(hand_bidder("cem"))
@@ -428,14 +427,14 @@ def test_play_rejects_ratios_outside_the_action_range(value: float, buckets: int
     """A ratio above 4, below 0, NaN or infinite (even in one traffic bucket) is a bidder bug: ValueError."""
     log = random_day_log(np.random.default_rng(0), n=2000)
     with pytest.raises(ValueError, match="outside"):
-        play_one(Fixed(value, buckets), [log], Registration.of(1.0, None, 10.0, n=2))
+        play_one(Fixed(value, buckets), [log], Registration.of(1.0, None, n=2))
 
 
 @pytest.mark.parametrize("value", [0.0, 4.0])
 def test_play_accepts_the_ends_of_the_action_range(value: float):
     """0 and 4 are valid ratios; 0 wins nothing."""
     log = random_day_log(np.random.default_rng(0), n=2000)
-    out = play_one(Fixed(value), [log], Registration.of(1.0, None, 10.0))
+    out = play_one(Fixed(value), [log], Registration.of(1.0, None))
     assert (out.cost[0] == 0) == (value == 0.0)
 
 
@@ -450,4 +449,4 @@ def test_play_rejects_a_ratio_late_in_the_day():
 
     log = random_day_log(np.random.default_rng(0), n=2000)
     with pytest.raises(ValueError, match="late"):
-        play_one(Late(), [log], Registration.of(1.0, None, 10.0))
+        play_one(Late(), [log], Registration.of(1.0, None))

@@ -18,7 +18,7 @@ from training.simulator import DayIndex
 
 
 def _history_by_hand() -> History:
-    history = History(Registration.of(roi_target=2.0, budget=100.0, reference_delivery=480.0))
+    history = History(Registration.of(roi_target=2.0, budget=100.0))
     history.record(np.array([1.0]), np.array([6.0]), np.array([4.0]), np.array([2]), np.array([10]))
     history.record(np.array([2.0]), np.array([2.0]), np.array([4.0]), np.array([1]), np.array([20]))
     return history
@@ -33,15 +33,13 @@ def test_features_by_hand():
     assert f["roi_gap"] == pytest.approx((1.0 - 2.0) / 2.0)
     assert f["budget_spent"] == pytest.approx(0.08)
     assert f["slot_roi_gap"] == pytest.approx((0.5 - 2.0) / 2.0)
-    assert f["slot_delivery"] == pytest.approx(48 * 2 / 480)
-    assert f["surplus"] == pytest.approx((8 - 2 * 8) / 480)
     assert f["slot_win_rate"] == pytest.approx(1 / 20)
     assert f["slot_price"] == pytest.approx(np.log(4.0 / (8.0 / 3.0)))
     assert f["has_budget"] == 1.0
 
 
 def test_first_slot_features_are_neutral_and_everything_is_clipped():
-    history = History(Registration.of(roi_target=1.0, budget=None, reference_delivery=10.0, n=3))
+    history = History(Registration.of(roi_target=1.0, budget=None, n=3))
     first = observe(history)
     assert first.shape == (3, N_FEATURES)
     assert np.all(first == 0.0)
@@ -55,7 +53,7 @@ def test_first_slot_features_are_neutral_and_everything_is_clipped():
 def test_features_never_read_the_future():
     """Features for slot t from the full history equal those from a history cut at t."""
     log = random_day_log(np.random.default_rng(5), n=4000)
-    registration = Registration.of(roi_target=1.1, budget=500.0, reference_delivery=300.0, n=2)
+    registration = Registration.of(roi_target=1.1, budget=500.0, n=2)
     outcome = play(ConstantRatio(np.array([1.3, 2.5])), [DayIndex(log)], np.zeros(2, np.int64), registration, 0)
     full = outcome.history
     for t in (0, 1, 17, SLOTS_PER_DAY):
@@ -70,7 +68,7 @@ def test_features_never_read_the_future():
 def test_features_match_a_replay_of_reported_stats():
     """The simulator's history and one rebuilt from JSON slot reports (what an ad engine sends) agree exactly."""
     log = random_day_log(np.random.default_rng(6), n=4000)
-    registration = Registration.of(roi_target=1.0, budget=None, reference_delivery=250.0)
+    registration = Registration.of(roi_target=1.0, budget=None)
     simulated = play(ConstantRatio(1.7), [DayIndex(log)], np.zeros(1, np.int64), registration, 0).history
     reports = [
         json.dumps({"slot": t, "delivery": simulated.delivery[0, t], "cost": simulated.cost[0, t],

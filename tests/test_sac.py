@@ -72,7 +72,7 @@ def test_relative_actions_scale_the_last_ratio_and_invert():
 
 def _filled_buffer() -> EpisodeBuffer:
     log = random_day_log(np.random.default_rng(2), n=3000)
-    registration = Registration.of(roi_target=1.2, budget=400.0, reference_delivery=300.0, n=4)
+    registration = Registration.of(roi_target=1.2, budget=400.0, n=4)
     torch.manual_seed(0)
     bidder = PolicyBidder(TanhGaussianPolicy(N_FEATURES, hidden=16), stochastic=True)
     outcome = play(bidder, [DayIndex(log)], np.zeros(4, np.int64), registration, 0)

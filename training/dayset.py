@@ -15,24 +15,8 @@ import numpy as np
 from model.history import Registration
 from training.market.dataset import DayEntry, Market, MarketError
 from training.market.schema import DayLog
-from training.oracle import OracleResult, Setting, market_oracle, setting_constraints
+from training.oracle import Setting, market_oracle, setting_constraints
 from training.simulator import DayIndex
-
-
-def reference_delivery(market: Market, progress: Callable[[OracleResult], None] | None = None) -> float:
-    """A campaign's typical daily delivery known at registration: the median SC oracle delivery of the train days.
-
-    Train days are history the campaign had before the evaluated days, so using their hindsight is
-    fair; the evaluated day's own oracle never enters any feature (SPEC 5).
-    """
-    train = market.split("train")
-    if not train:
-        raise MarketError(f"{market.root}: no train days to take a reference delivery from")
-    results = market_oracle(market, Setting.SC, days=[e.day for e in train], progress=progress)
-    positive = [r.delivery for r in results if r.delivery > 0]
-    if not positive:
-        raise MarketError(f"{market.root}: the train days deliver nothing even in hindsight")
-    return float(np.median(positive))
 
 
 @dataclass
@@ -47,7 +31,6 @@ class DaySet:
     oracle_delivery: np.ndarray
     roi_target: np.ndarray
     budget: np.ndarray
-    reference: float
     _indexes: dict[int, list[DayIndex]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -65,7 +48,6 @@ class DaySet:
             raise MarketError(f"{market.root}: split {split!r} has no days")
         tick = (lambda _r: progress("oracle")) if progress else None
         oracle = market_oracle(market, setting, days=[e.day for e in entries], progress=tick)
-        reference = reference_delivery(market, progress=tick)
         logs = []
         for entry in entries:
             logs.append(market.load(entry.day))
@@ -81,7 +63,6 @@ class DaySet:
             oracle_delivery=np.array([r.delivery for r in oracle]),
             roi_target=constraints[:, 0],
             budget=constraints[:, 1],
-            reference=reference,
         )
 
     @property
@@ -102,7 +83,6 @@ class DaySet:
         return Registration(
             roi_target=np.tile(self.roi_target, repeats),
             budget=np.tile(self.budget, repeats),
-            reference_delivery=np.full(len(self) * repeats, self.reference),
         )
 
     def subset(self, chosen: np.ndarray) -> DaySet:
@@ -116,7 +96,6 @@ class DaySet:
             oracle_delivery=self.oracle_delivery[chosen],
             roi_target=self.roi_target[chosen],
             budget=self.budget[chosen],
-            reference=self.reference,
         )
 
     def episode_days(self, repeats: int = 1) -> np.ndarray:

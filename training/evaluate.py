@@ -269,7 +269,6 @@ def evaluate(
         "seeds": seeds,
         "methods": [method_label(m) for m in methods],
         "tuned": tuned,
-        "reference_delivery": days.reference,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     return Evaluation(episodes=episodes, summary=summarize(episodes, [method_label(m) for m in methods]), meta=meta)

@@ -324,7 +324,6 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
     if best_score is None and at_best:
         best_score = at_best.get("validation_score")
     config = body.get("config", saved.get("config", {}))
-    reference = body.get("reference_delivery")
     jsonable = lambda x: json.loads(json.dumps(x, default=str))  # noqa: E731 - tuples, paths -> JSON types
     return Provenance(
         algorithm=str(config.get("algo", "unknown")),
@@ -334,7 +333,6 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
             run=str(run),
             market=str(body.get("market", "")),
             data_fingerprint=body["data_fingerprint"],
-            reference_delivery=None if reference is None else float(reference),
             epoch=None if epoch is None else int(epoch),
             epochs=len(history),
             config=jsonable(config),

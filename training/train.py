@@ -83,7 +83,6 @@ def run_training(
         "setting": str(setting),
         "config": config.to_dict(),
         "data_fingerprint": fingerprint,
-        "reference_delivery": days.reference,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "status": "training",
         "history": history,

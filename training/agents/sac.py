@@ -36,10 +36,10 @@ import torch
 import torch.nn.functional as F
 
 from model.contract import SLOTS_PER_DAY
-from model.features import N_FEATURES, observe
+from model.features import N_FEATURES
 from model.history import History, Registration
-from model.sampling import offline_noise
-from model.trajectory import episode_steps, transitions
+from model.policy import decision_inputs, observation_sequence, offline_keys
+from model.trajectory import transitions
 from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal
 from training.agents.networks import TanhGaussianPolicy, TwinQ
 from training.bidders.base import Bidder, Outcome, play
@@ -164,9 +164,10 @@ class SACConfig:
 class PolicyBidder(Bidder):
     """A torch policy behind the :class:`Bidder` interface (stochastic for collection, mean for evaluation).
 
-    With an encoder (CBRL) it acts by posterior sampling: each slot it encodes the transitions seen so
-    far, draws ``z = mean + std * eps`` with ``eps`` from :mod:`model.sampling` (keyed by the play seed,
-    the episode's position and the slot, so a seed replays identically) and acts on ``(o_t, z)``.
+    With an encoder (CBRL) it acts by posterior sampling. It is the torch twin of the stateless step
+    :class:`model.policy.Policy`: the same :func:`model.policy.decision_inputs` (observations rebuilt
+    from the history, the trajectory so far, the noise of :func:`model.policy.offline_keys` under the
+    play seed), run through the torch networks instead of their ONNX export.
     """
 
     name: ClassVar[str] = "sac"
@@ -175,28 +176,21 @@ class PolicyBidder(Bidder):
         self.policy = policy
         self.stochastic = stochastic
         self.encoder = encoder
+        self.seed = 0
 
     def start(self, registration: Registration, seed: int) -> None:
         self.seed = seed
-        self.observations: list[np.ndarray] = []
 
     def bid(self, history: History) -> np.ndarray:
+        latent_dim = 0 if self.encoder is None else self.encoder.latent_dim
+        inputs = decision_inputs([history], offline_keys(self.seed, history.n), latent_dim)
         with torch.no_grad():
-            current = observe(history)
-            obs = torch.as_tensor(current, dtype=torch.float32)
+            obs = torch.as_tensor(inputs.obs)
             if self.encoder is not None:
-                self.observations.append(current)
-                obs = torch.cat([obs, self._posterior_sample(history)], dim=1)
+                mean, std = self.encoder(torch.as_tensor(inputs.steps), torch.as_tensor(inputs.mask))
+                obs = torch.cat([obs, mean + std * torch.as_tensor(inputs.eps)], dim=1)
             ratio = self.policy.sample(obs)[0] if self.stochastic else self.policy.act(obs)
         return ratio.numpy().astype(np.float64)
-
-    def _posterior_sample(self, history: History) -> torch.Tensor:
-        assert self.encoder is not None
-        t = history.slot
-        steps, mask = episode_steps(np.stack(self.observations, axis=1), history.ratios[:, :t])
-        mean, std = self.encoder(torch.as_tensor(steps), torch.as_tensor(mask))
-        eps = offline_noise(self.seed, history.n, t, self.encoder.latent_dim)
-        return mean + std * torch.as_tensor(eps, dtype=torch.float32)
 
 
 class EpisodeBuffer:
@@ -215,7 +209,7 @@ class EpisodeBuffer:
         self.cursor = 0
 
     def add(self, history: History, oracle: np.ndarray) -> None:
-        obs = np.stack([observe(history, slot=t) for t in range(SLOTS_PER_DAY + 1)], axis=1)
+        obs = observation_sequence(history)  # o_0 .. o_48 of each episode
         for k in range(history.n):
             i = self.cursor
             self.obs[i] = obs[k]

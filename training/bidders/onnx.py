@@ -1,8 +1,8 @@
 """An exported model (``rcb export``) behind the :class:`Bidder` interface: the method ``onnx:MODEL_DIR``.
 
-It bids exactly like the torch run it came from (``PolicyBidder(stochastic=False)``): the same
-features, the same trajectory of transitions so far, the same posterior-sampling noise
-keys (``episode-{k}`` / ``offline`` under the play seed) and the mean action. So evaluating
+A thin user of the stateless decision step :class:`model.policy.Policy`: each slot it decides from
+the history alone (no state of its own), with the offline noise keys (:func:`model.policy.offline_keys`),
+exactly as training's ``PolicyBidder(stochastic=False)`` and the live service do. So evaluating
 ``onnx:MODEL_DIR`` reproduces the run directory's episodes, up to the float rounding between torch
 and onnxruntime (a few 1e-7 on the ratio). Torch-free: numpy and onnxruntime only.
 """
@@ -15,10 +15,8 @@ from typing import ClassVar
 import numpy as np
 
 from model.artifact import Artifact, load_artifact
-from model.features import observe
 from model.history import History, Registration
-from model.sampling import offline_noise
-from model.trajectory import episode_steps
+from model.policy import Policy, offline_keys
 from training.bidders.base import Bidder
 
 
@@ -29,6 +27,8 @@ class OnnxBidder(Bidder):
 
     def __init__(self, artifact: Artifact):
         self.artifact = artifact
+        self.policy = Policy(artifact)
+        self.seed = 0
 
     @classmethod
     def load(cls, directory: Path | str, intra_op_threads: int = 1) -> OnnxBidder:
@@ -36,14 +36,6 @@ class OnnxBidder(Bidder):
 
     def start(self, registration: Registration, seed: int) -> None:
         self.seed = seed
-        self.observations: list[np.ndarray] = []
 
     def bid(self, history: History) -> np.ndarray:
-        current = observe(history).astype(np.float32)
-        if not self.artifact.bayesian:
-            return self.artifact.act(current).astype(np.float64)
-        self.observations.append(current)
-        t = history.slot
-        steps, mask = episode_steps(np.stack(self.observations, axis=1), history.ratios[:, :t])
-        eps = offline_noise(self.seed, history.n, t, self.artifact.latent_dim)  # as training's PolicyBidder
-        return self.artifact.decide(current, steps, mask, eps).astype(np.float64)
+        return self.policy.decide([history], offline_keys(self.seed, history.n)).ratio

@@ -1,0 +1,99 @@
+"""model/state.py: the campaign state blob (round trips, versioning, what a retried report compares against)."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from model.contract import SLOTS_PER_DAY
+from model.features import observe
+from model.state import STATE_FORMAT_VERSION, CampaignState, StateError, stack_histories
+
+finite = st.floats(min_value=0.0, max_value=1e9, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def states(draw: st.DrawFn) -> CampaignState:
+    budget = draw(st.one_of(st.none(), st.floats(min_value=1e-3, max_value=1e9)))
+    state = CampaignState.new(
+        draw(st.text(min_size=1, max_size=40)),
+        draw(st.text(min_size=1, max_size=40)),
+        draw(st.floats(min_value=1e-3, max_value=100.0)),
+        budget,
+        draw(st.integers(0, 2**62)),
+    )
+    for _ in range(draw(st.integers(0, SLOTS_PER_DAY))):
+        ratio = draw(st.floats(0.0, 4.0))
+        state = state.decided(ratio, "m1").reported(draw(finite), draw(finite), draw(finite), draw(finite))
+    mean = draw(st.one_of(st.none(), st.lists(st.floats(-5, 5), min_size=8, max_size=8)))
+    return state.decided(draw(st.floats(0.0, 4.0)), "m2", mean=None if mean is None else np.array(mean))
+
+
+@settings(max_examples=60, deadline=None)
+@given(state=states())
+def test_bytes_round_trip_exactly(state: CampaignState):
+    blob = state.to_bytes()
+    back = CampaignState.from_bytes(blob)
+    assert back == state
+    assert back.to_bytes() == blob
+
+
+def test_a_full_day_blob_is_compact():
+    state = CampaignState.new("campaign-000001", "2026-11-26", 1.2, 5000.0, 0)
+    for s in range(SLOTS_PER_DAY):
+        state = state.decided(1.0 + s / 100, "model-v2", mean=np.zeros(8), std=np.ones(8)).reported(1.5, 1.0, 3, 400)
+    assert len(state.to_bytes()) < 2500
+
+
+def test_other_versions_and_garbage_are_refused():
+    state = CampaignState.new("c", "e", 1.0, None, 0)
+    body = msgpack.unpackb(state.to_bytes())
+    body["v"] = STATE_FORMAT_VERSION + 1
+    with pytest.raises(StateError, match="format version"):
+        CampaignState.from_bytes(msgpack.packb(body))
+    with pytest.raises(StateError, match="not a campaign state"):
+        CampaignState.from_bytes(b"\x00garbage")
+    body["v"] = STATE_FORMAT_VERSION
+    body["t"] = 3  # claims 3 slots, holds 0
+    with pytest.raises(StateError, match="malformed"):
+        CampaignState.from_bytes(msgpack.packb(body))
+
+
+def test_reports_append_the_decided_ratio_and_answers_are_recoverable():
+    state = CampaignState.new("c", "e", 1.0, 10.0, 0).decided(1.5, "m")
+    state = state.reported(4.0, 3.0, 2, 50).decided(1.7, "m").reported(5.0, 8.0, 4, 60).decided(0.9, "m")
+    assert state.slot == 2 and state.column("ratios").tolist() == [1.5, 1.7]
+    assert state.slot_stats(0) == {"delivery": 4.0, "cost": 3.0, "wins": 2.0, "auctions": 50.0}
+    assert state.ratio_after(0) == 1.7 and state.ratio_after(1) == 0.9
+    assert state.total_cost == 11.0 and state.budget_exhausted and state.roi == pytest.approx(9 / 11)
+    with pytest.raises(IndexError):
+        state.slot_stats(2)
+
+
+def test_ratios_are_clipped_and_a_full_day_refuses_more_reports():
+    state = CampaignState.new("c", "e", 1.0, None, 0).decided(9.0, "m")
+    assert state.next_ratio == 4.0
+    for _ in range(SLOTS_PER_DAY):
+        state = state.reported(0, 0, 0, 0).decided(1.0, "m")
+    with pytest.raises(StateError, match="already reported"):
+        state.reported(0, 0, 0, 0)
+
+
+def test_invalid_registrations_are_refused():
+    with pytest.raises(ValueError):
+        CampaignState.new("c", "e", 0.0, None, 0)
+    with pytest.raises(ValueError):
+        CampaignState.new("c", "e", 1.0, -5.0, 0)
+
+
+def test_stacked_histories_observe_like_each_campaign_alone():
+    a = CampaignState.new("a", "e", 1.0, None, 0).decided(1.2, "m").reported(3, 2, 1, 10).decided(1.1, "m")
+    b = CampaignState.new("b", "e", 2.0, 50.0, 0).decided(0.7, "m").reported(1, 4, 2, 30).decided(1.0, "m")
+    both = observe(stack_histories([a, b]))
+    np.testing.assert_array_equal(both[0], observe(a.history())[0])
+    np.testing.assert_array_equal(both[1], observe(b.history())[0])
+    with pytest.raises(ValueError, match="same slot"):
+        stack_histories([a, a.reported(0, 0, 0, 0)])
