@@ -274,6 +274,23 @@ def _method_ticks(ax: Axes, labels: Sequence[str]) -> None:
         ax.set_xticklabels(labels)
 
 
+def _title_and_legend(figure: Figure, handles: Sequence[Any], title: str) -> None:
+    """The title on top and the figure's one legend centred under the panels, where it covers no data.
+
+    Saved with ``bbox_inches="tight"``, so neither is clipped however narrow the figure or long the title.
+    """
+    figure.suptitle(title, x=0.01, ha="left")
+    figure.tight_layout(rect=(0, 0.08, 1, 1))  # the bottom strip is the legend's
+    figure.legend(
+        handles=handles,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=len(handles),
+        fontsize=8,
+        frameon=False,
+    )
+
+
 def plot_boxplots(episodes: pd.DataFrame, path: Path, title: str) -> None:
     """The paper's Fig. 5: ANS, CSR and ANDR (left to right), one box per method over its per-seed values.
 
@@ -338,10 +355,8 @@ def plot_boxplots(episodes: pd.DataFrame, path: Path, title: str) -> None:
         axes[0].plot([], [], "-", color=MEDIAN_COLOR, lw=1.8, label="median over seeds")[0],
         axes[0].plot([], [], "o", color="0.45", markersize=3, label="one seed")[0],
     ]
-    figure.legend(handles=handles, loc="upper right", ncol=3, fontsize=8, frameon=False)
-    figure.suptitle(title, x=0.01, ha="left")
-    figure.tight_layout()  # makes room for the suptitle, which the legend shares a line with
-    figure.savefig(path, dpi=110)
+    _title_and_legend(figure, handles, title)
+    figure.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.15)
 
 
 def _relative_roi_difference(delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray) -> np.ndarray:
@@ -426,15 +441,17 @@ def plot_roi_histograms(episodes: pd.DataFrame, path: Path, title: str) -> None:
             ax.tick_params(labelbottom=True)
     # One legend for the figure, out of the panels' way.
     legend = [Patch(color=FEASIBLE_COLOR, label="feasible"), Patch(color=INFEASIBLE_COLOR, label="infeasible")]
-    figure.legend(handles=legend, loc="upper right", ncol=2, fontsize=8, frameon=False)
-    figure.suptitle(title, x=0.01, ha="left")
-    figure.tight_layout()  # makes room for the suptitle, which the legend shares a line with
-    figure.savefig(path, dpi=110)
+    _title_and_legend(figure, legend, title)
+    figure.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.15)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # All of it
 # --------------------------------------------------------------------------------------------------------------
+
+
+def _seeds(count: Any) -> str:
+    return "1 seed" if count == 1 else f"{count} seeds"
 
 
 def write_report(
@@ -446,7 +463,9 @@ def write_report(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    title = f"{str(meta.get('setting', '?')).upper()} · {meta.get('split', '?')} split · {meta.get('seeds', '?')} seeds"
+    title = (
+        f"{str(meta.get('setting', '?')).upper()} · {meta.get('split', '?')} split · {_seeds(meta.get('seeds', '?'))}"
+    )
     paths = {
         "markdown": out_dir / "summary.md",
         "boxplots": out_dir / "boxplots.png",

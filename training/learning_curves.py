@@ -111,7 +111,11 @@ def plot(groups: list[GroupCurve], out: Path, title: str = "") -> Path:
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
     for group in groups:
-        (line,) = ax.plot(group.updates, group.mean, label=f"{group.label} ({len(group.runs)} seeds)")
+        (line,) = ax.plot(
+            group.updates,
+            group.mean,
+            label=f"{group.label} ({len(group.runs)} seed{'' if len(group.runs) == 1 else 's'})",
+        )
         ax.fill_between(
             group.updates, group.scores.min(axis=0), group.scores.max(axis=0), alpha=0.15, lw=0, color=line.get_color()
         )
