@@ -1,7 +1,8 @@
 """The `rcb` console script: one typer app; each command lives in `rcb/commands/<name>.py`.
 
-Commands import their heavy dependencies lazily so `rcb --help` stays fast and the serving
-commands never pull in the training stack.
+Commands import their heavy dependencies (torch, matplotlib, the solvers) lazily, so `rcb --help` stays
+fast. Results go to stdout, progress and messages to stderr; exit code 0 is success, 2 bad input (an
+unusable option, path or data file, reported on one line). See docs/cli.md.
 """
 
 from __future__ import annotations
@@ -9,20 +10,23 @@ from __future__ import annotations
 import typer
 
 from rcb.commands import curves, evaluate, export, market, oracle, simulate, train
+from rcb.commands.common import DOCS_EPILOG
 
 app = typer.Typer(
     name="rcb",
-    help="ROI-constrained bidding (CBRL): market logs, simulator, oracle, training, export, serving.",
+    help="ROI-constrained bidding (CBRL, KDD'22): market logs, simulator, hindsight oracle, baselines, training,"
+    " evaluation and ONNX export.",
+    epilog=DOCS_EPILOG + " Exit codes: 0 ok, 2 bad input.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
 app.add_typer(market.app, name="market")
-app.command("oracle")(oracle.oracle_command)
-app.command("simulate")(simulate.simulate_command)
-app.command("evaluate")(evaluate.evaluate_command)
-app.command("train")(train.train_command)
-app.command("export")(export.export_command)
-app.command("curves")(curves.curves_command)
+app.command("oracle", epilog=DOCS_EPILOG)(oracle.oracle_command)
+app.command("simulate", epilog=DOCS_EPILOG)(simulate.simulate_command)
+app.command("evaluate", epilog="Metrics and tables: docs/metrics.md. " + DOCS_EPILOG)(evaluate.evaluate_command)
+app.command("train", epilog=DOCS_EPILOG)(train.train_command)
+app.command("export", epilog=DOCS_EPILOG)(export.export_command)
+app.command("curves", epilog=DOCS_EPILOG)(curves.curves_command)
 
 
 if __name__ == "__main__":

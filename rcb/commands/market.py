@@ -10,9 +10,22 @@ from typing import Annotated
 import typer
 
 from rcb.commands import market_import
-from rcb.commands.common import check_output_dir, check_output_file, console, fail, print_json, progress, user_errors
+from rcb.commands.common import (
+    DOCS_EPILOG,
+    check_output_dir,
+    check_output_file,
+    console,
+    fail,
+    print_json,
+    progress,
+    user_errors,
+)
 
-app = typer.Typer(help="Make, import and inspect market logs.", no_args_is_help=True)
+app = typer.Typer(
+    help="Make, import and inspect market logs (schema: docs/data-schema.md).",
+    epilog=DOCS_EPILOG,
+    no_args_is_help=True,
+)
 app.command("import")(market_import.import_command)
 
 
