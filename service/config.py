@@ -1,0 +1,71 @@
+"""The service's settings: one pydantic-settings class, read from ``RCB_*`` environment variables.
+
+``rcb serve`` flags override them. Validators refuse unusable values at startup, not at the first request.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. Environment: ``RCB_<FIELD>`` (e.g. ``RCB_MODEL_DIR``, ``RCB_REDIS_URL``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RCB_", extra="ignore", frozen=True)
+
+    model_dir: Path = DEFAULT_MODEL_DIR
+    """The model artifact to serve (``rcb export``'s output)."""
+    store: str = Field(default="memory", validation_alias=AliasChoices("RCB_STORE", "RCB_REDIS_URL", "store"))
+    """``memory`` (in-process, one process only), ``redis://host:port/db`` or ``redis+cluster://h1:p1,h2:p2``.
+    ``RCB_STORE`` or ``RCB_REDIS_URL``."""
+    key_prefix: str = "rcb"
+    """Prefix of every Redis key (``{prefix}:{{campaign}}``) and of the update channel."""
+    state_ttl_s: int = Field(default=7 * 24 * 3600, gt=0)
+    """A campaign's state expires this long after its last write."""
+    store_timeout_s: float = Field(default=0.25, gt=0)
+    """Bound on one Redis command: a stalled store answers 503 after this, it does not hang requests."""
+    pool_size: int = Field(default=64, gt=0)
+    pool_timeout_s: float = Field(default=0.5, gt=0)
+    ratio_cache_ttl_s: float = Field(default=1.0, gt=0)
+    """Longest a process serves a campaign's ratio from its cache without re-reading the store (the staleness
+    bound when an update notification is lost; notifications make it milliseconds)."""
+    noise_seed: int = Field(default=0, ge=0)
+    """Posterior-sampling seed: z is drawn from the stream keyed by (seed, campaign, episode), slot in the counter."""
+    api_token: SecretStr | None = None
+    """If set, write endpoints (register, slot updates, model reload) need ``Authorization: Bearer <token>``."""
+    max_body_bytes: int = Field(default=8 * 2**20, gt=0)
+    """Larger request bodies are refused with 413."""
+    max_utilities: int = Field(default=100_000, gt=0)
+    """Most impressions one /v1/bid call may score."""
+    max_batch_updates: int = Field(default=20_000, gt=0)
+    """Most campaigns one /v1/slot-update/batch call may carry."""
+    onnx_threads: int = Field(default=1, gt=0)
+    """onnxruntime intra-op threads per session (1: predictable latency; scale out by processes)."""
+    log_level: str = "INFO"
+    json_logs: bool = True
+
+    @field_validator("store")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        value = value.strip()
+        if value == "memory" or value.startswith(("redis://", "rediss://", "redis+cluster://")):
+            return value
+        raise ValueError(f"store must be 'memory', redis://... or redis+cluster://...; got {value!r}")
+
+    @field_validator("api_token")
+    @classmethod
+    def _token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("api_token must be at least 16 characters (or unset for no auth)")
+        return value
+
+    @property
+    def store_kind(self) -> str:
+        if self.store == "memory":
+            return "memory"
+        return "cluster" if self.store.startswith("redis+cluster://") else "redis"

@@ -1,0 +1,263 @@
+"""What the endpoints do with a campaign's episode: register it, read it, apply slot updates (one or a batch).
+
+A slot update (paper Sec. 3.2.4): append the slot's stats to the stored state, rebuild the
+observations, run the posterior encoder, draw z with the shared counter-based noise, run the policy,
+and store the next ratio with one compare-and-set keyed on ``(episode, slot)``. The store's
+compare-and-set makes concurrent senders apply a slot once: the losers find the slot applied and
+answer as a retry would (``replayed`` with the same stats, 409 with other stats).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from model.state import CampaignState, StateError
+from service.config import Settings
+from service.errors import ApiError, store_unavailable, unknown_campaign
+from service.metrics import Metrics
+from service.ratio_cache import RatioCache
+from service.runner import ModelRunner
+from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
+from service.store import EpisodeStore, Stored, StoreUnavailable, UnknownCampaign
+
+log = logging.getLogger("rcb.service")
+
+
+def decode(campaign: str, stored: Stored) -> CampaignState:
+    try:
+        return CampaignState.from_bytes(stored.blob)
+    except StateError as exc:
+        raise ApiError(
+            409, "unreadable_state", f"campaign {campaign!r}: stored state unreadable ({exc}); re-register"
+        ) from None
+
+
+def answer(state: CampaignState, slot: int, replayed: bool) -> SlotAnswer:
+    """The answer to the report of ``slot`` (the ratio decided once it was applied)."""
+    return SlotAnswer(
+        campaign_id=state.campaign,
+        slot=slot + 1,
+        bid_ratio=state.ratio_after(slot),
+        model_version=state.model_version,
+        decided_by=state.decided_by,  # type: ignore[arg-type]
+        replayed=replayed,
+        budget_exhausted=state.budget_exhausted,
+    )
+
+
+@dataclass(frozen=True)
+class Apply:
+    """The update is for the next slot: apply it."""
+
+    state: CampaignState
+
+
+def classify(state: CampaignState, update: SlotUpdate) -> Apply | SlotAnswer | ApiError:
+    """Apply, a replayed answer, or the conflict to answer (each 409 names the expected slot)."""
+    where = {"episode": state.episode, "expected_slot": state.slot}
+    if state.episode != update.episode:
+        return ApiError(
+            409,
+            "wrong_episode",
+            {
+                **where,
+                "message": f"campaign {state.campaign!r} is in episode {state.episode!r}, not {update.episode!r}",
+            },
+        )
+    if update.slot < state.slot:
+        reported = state.slot_stats(update.slot)
+        sent = {"delivery": update.delivery, "cost": update.cost, "wins": update.wins, "auctions": update.auctions}
+        if all(float(sent[k]) == reported[k] for k in reported):
+            return answer(state, update.slot, replayed=True)
+        return ApiError(
+            409,
+            "slot_conflict",
+            {**where, "message": f"slot {update.slot} was already applied with other stats", "applied": reported},
+        )
+    if update.slot > state.slot:
+        return ApiError(
+            409, "slot_skipped", {**where, "message": f"slot {update.slot} reported before slot {state.slot}"}
+        )
+    return Apply(state)
+
+
+class Episodes:
+    def __init__(
+        self, store: EpisodeStore, runner: ModelRunner, cache: RatioCache, metrics: Metrics, settings: Settings
+    ):
+        self.store, self.runner, self.cache, self.metrics, self.settings = store, runner, cache, metrics, settings
+
+    async def read(self, campaign: str) -> CampaignState:
+        stored = await self.store.get(campaign)
+        if stored is None:
+            raise unknown_campaign(campaign)
+        state = decode(campaign, stored)
+        self.cache.put(campaign, state)
+        return state
+
+    async def register(self, campaign: str, body: CampaignRegistration) -> tuple[CampaignState, bool]:
+        if body.model is not None and body.model != self.runner.version:
+            raise ApiError(
+                409, "model_mismatch", f"the service serves model {self.runner.version!r}, not {body.model!r}"
+            )
+        stored = await self.store.get(campaign)
+        if stored is not None and stored.episode == body.episode:
+            state = decode(campaign, stored)
+            self._same_constraints(state, body)
+            return state, False
+        fresh = CampaignState.new(campaign, body.episode, body.roi_target, body.budget, self.settings.noise_seed)
+        decided = await self.runner.decide_async([fresh])
+        state = decided.state(0, fresh)
+        self._count(decided.decided_by, 1)
+        stored, created = await self.store.register(campaign, body.episode, state.to_bytes())
+        if not created:  # a concurrent registration of the same episode won: answer its state
+            state = decode(campaign, stored)
+            self._same_constraints(state, body)
+        self.cache.put(campaign, state)
+        log.info(
+            "episode registered",
+            extra={"campaign": campaign, "episode": body.episode, "slot": 0, "new_episode": created},
+        )
+        return state, created
+
+    @staticmethod
+    def _same_constraints(state: CampaignState, body: CampaignRegistration) -> None:
+        if (state.roi_target, state.budget) != (body.roi_target, body.budget):
+            raise ApiError(
+                409,
+                "episode_exists",
+                f"episode {state.episode!r} is registered with roi_target={state.roi_target}, budget={state.budget};"
+                " use a new episode id to change them",
+            )
+
+    async def apply(self, update: SlotUpdate) -> SlotAnswer:
+        stored = await self.store.get(update.campaign_id)
+        if stored is None:
+            self.metrics.slot_updates.labels(result="unknown").inc()
+            raise unknown_campaign(update.campaign_id)
+        state = decode(update.campaign_id, stored)
+        for _ in range(3):
+            outcome = self._classified(state, update)
+            if not isinstance(outcome, Apply):
+                return outcome
+            reported = state.reported(update.delivery, update.cost, update.wins, update.auctions)
+            decided = await self.runner.decide_async([reported])
+            self._count(decided.decided_by, 1)
+            new = decided.state(0, reported)
+            try:
+                current = await self.store.compare_and_set(
+                    update.campaign_id, update.episode, update.slot, new.to_bytes()
+                )
+            except UnknownCampaign:
+                self.metrics.slot_updates.labels(result="unknown").inc()
+                raise unknown_campaign(update.campaign_id) from None
+            if current is None:
+                self._applied(new)
+                log.info(
+                    "slot applied",
+                    extra={
+                        "campaign": update.campaign_id,
+                        "slot": update.slot,
+                        "ratio": new.next_ratio,
+                        "decided_by": decided.decided_by,
+                    },
+                )
+                return answer(new, update.slot, replayed=False)
+            state = decode(update.campaign_id, current)  # a concurrent sender won: answer as its retry would
+        raise ApiError(409, "contended", "the campaign's state kept changing; retry")
+
+    def _classified(self, state: CampaignState, update: SlotUpdate) -> Apply | SlotAnswer:
+        outcome = classify(state, update)
+        if isinstance(outcome, ApiError):
+            self.metrics.slot_updates.labels(result=outcome.error.removeprefix("slot_")).inc()
+            raise outcome
+        if isinstance(outcome, SlotAnswer):
+            self.metrics.slot_updates.labels(result="replayed").inc()
+        return outcome
+
+    def _applied(self, state: CampaignState) -> None:
+        self.cache.put(state.campaign, state)
+        self.metrics.slot_updates.labels(result="applied").inc()
+
+    def _count(self, decided_by: str, n: int) -> None:
+        self.metrics.decisions.labels(decided_by=decided_by).inc(n)
+        if decided_by == "fallback":
+            self.metrics.fallbacks.inc(n)
+
+    async def apply_batch(self, updates: Sequence[SlotUpdate]) -> SlotUpdateBatchAnswer:
+        """One answer per update, in order; one ``get_many``, one model call, one compare-and-set per campaign."""
+        n = len(updates)
+        results: list[BatchItem | None] = [None] * n
+        seen: set[str] = set()
+        unique: list[int] = []
+        for i, u in enumerate(updates):
+            if u.campaign_id in seen:
+                results[i] = BatchItem(
+                    status=422,
+                    campaign_id=u.campaign_id,
+                    error="duplicate_campaign",
+                    detail="one update per campaign per batch (send the next slot in the next call)",
+                )
+            else:
+                seen.add(u.campaign_id)
+                unique.append(i)
+        stored = await self.store.get_many([updates[i].campaign_id for i in unique])
+        pending: list[tuple[int, CampaignState]] = []
+        for i, item in zip(unique, stored, strict=True):
+            u = updates[i]
+            if item is None:
+                results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
+                self.metrics.slot_updates.labels(result="unknown").inc()
+                continue
+            try:
+                state = decode(u.campaign_id, item)
+                outcome = self._classified(state, u)
+            except ApiError as exc:
+                results[i] = self._error_item(u, exc)
+                continue
+            if isinstance(outcome, SlotAnswer):
+                results[i] = BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
+            else:
+                pending.append((i, state.reported(u.delivery, u.cost, u.wins, u.auctions)))
+        if pending:
+            decided = await self.runner.decide_async([s for _, s in pending])
+            self._count(decided.decided_by, len(pending))
+            limit = asyncio.Semaphore(self.settings.pool_size)
+
+            async def write(k: int, i: int, reported: CampaignState) -> None:
+                u = updates[i]
+                new = decided.state(k, reported)
+                async with limit:
+                    try:
+                        current = await self.store.compare_and_set(u.campaign_id, u.episode, u.slot, new.to_bytes())
+                    except UnknownCampaign:
+                        results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
+                        return
+                    except StoreUnavailable as exc:
+                        results[i] = self._error_item(u, store_unavailable(exc))
+                        return
+                if current is None:
+                    self._applied(new)
+                    results[i] = BatchItem(status=200, campaign_id=u.campaign_id, answer=answer(new, u.slot, False))
+                    return
+                try:
+                    outcome = self._classified(decode(u.campaign_id, current), u)
+                    assert isinstance(outcome, SlotAnswer), "a failed compare-and-set cannot leave the slot to apply"
+                    results[i] = BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
+                except ApiError as exc:
+                    results[i] = self._error_item(u, exc)
+
+            await asyncio.gather(*(write(k, i, s) for k, (i, s) in enumerate(pending)))
+        done = [r for r in results if r is not None]
+        assert len(done) == n
+        applied = sum(1 for r in done if r.answer is not None and not r.answer.replayed)
+        replayed = sum(1 for r in done if r.answer is not None and r.answer.replayed)
+        log.info("slot batch", extra={"updates": n, "applied": applied, "replayed": replayed})
+        return SlotUpdateBatchAnswer(results=done, applied=applied, replayed=replayed, failed=n - applied - replayed)
+
+    @staticmethod
+    def _error_item(update: SlotUpdate, exc: ApiError) -> BatchItem:
+        return BatchItem(status=exc.status, campaign_id=update.campaign_id, error=exc.error, detail=exc.detail)

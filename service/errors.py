@@ -1,0 +1,96 @@
+"""Every error the API answers is JSON ``{error, detail}`` with a fitting status; never a 500 for bad input."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.store import StoreUnavailable
+
+log = logging.getLogger("rcb.service")
+
+
+class ApiError(Exception):
+    """An answer other than success: ``status``, a stable machine-readable ``error`` code and a human ``detail``."""
+
+    def __init__(self, status: int, error: str, detail: Any, headers: dict[str, str] | None = None):
+        super().__init__(f"{status} {error}: {detail}")
+        self.status, self.error, self.detail, self.headers = status, error, detail, headers
+
+
+def bad_request(detail: Any) -> ApiError:
+    return ApiError(422, "invalid_request", detail)
+
+
+def unknown_campaign(campaign: str) -> ApiError:
+    return ApiError(404, "unknown_campaign", f"campaign {campaign!r} has no episode: register it with PUT first")
+
+
+def store_unavailable(exc: Exception) -> ApiError:
+    return ApiError(503, "store_unavailable", f"the state store did not answer in time; nothing was written ({exc})")
+
+
+def error_response(status: int, error: str, detail: Any, headers: dict[str, str] | None = None) -> Response:
+    body = orjson.dumps({"error": error, "detail": detail}, default=str)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {
+        "description": text,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["error", "detail"],
+                    "properties": {"error": {"type": "string"}, "detail": {}},
+                }
+            }
+        },
+    }
+    for code, text in {
+        401: "Missing or wrong bearer token (write endpoints, when a token is configured)",
+        404: "Unknown campaign or route",
+        409: "Conflict: wrong episode, a skipped slot, or other stats for an applied slot (names the expected slot)",
+        413: "Request body too large",
+        415: "Unsupported content type",
+        422: "Invalid request: the detail names the field",
+        503: "The state store is unreachable (nothing was written), or the service is not ready",
+    }.items()
+}
+"""The error answers every route documents in OpenAPI."""
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> Response:
+        return error_response(exc.status, exc.error, exc.detail, exc.headers)
+
+    @app.exception_handler(StoreUnavailable)
+    async def _store_down(request: Request, exc: StoreUnavailable) -> Response:
+        e = store_unavailable(exc)
+        return error_response(e.status, e.error, e.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        problems = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        return error_response(422, "invalid_request", problems)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        codes = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "too_large"}
+        return error_response(exc.status_code, codes.get(exc.status_code, "http_error"), exc.detail, exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", extra={"path": request.url.path})
+        return error_response(500, "internal_error", "unexpected server error (logged)")

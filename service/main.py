@@ -1,0 +1,57 @@
+"""The FastAPI app: ``create_app(settings)`` builds it; ``uvicorn --factory service.main:create_app`` serves it.
+
+Nothing happens at import: the lifespan loads the model and opens the store, so tests and workers
+build their own. The routers are one per resource (``service/routes/``).
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from service.config import Settings
+from service.errors import install_error_handlers
+from service.lifespan import lifespan
+from service.log_config import configure_logging
+from service.metrics import Metrics
+from service.middleware import LimitsAndMetrics
+from service.routes import admin, bids, campaigns, health, slot_updates
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    configure_logging(settings.log_level, settings.json_logs)
+    metrics = Metrics()
+    app = FastAPI(
+        title="rcb bidding service",
+        version="1",
+        summary="ROI-constrained bidding (CBRL): per-campaign belief state, slot updates, batch bid scoring",
+        description="The ad engine registers each campaign's episode (a day of 48 slots), reports every slot's stats "
+        "and receives the next bid ratio; it scores impressions as ratio x utility. Errors are JSON "
+        "`{error, detail}`. See docs/http-api.md.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    for router in (campaigns.router, slot_updates.router, bids.router, health.router, admin.router):
+        app.include_router(router)
+    app.add_middleware(LimitsAndMetrics, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict:
+    """FastAPI's schema plus the /v1/bid bodies (that route parses raw bytes, so FastAPI cannot infer them)."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, summary=app.summary, description=app.description, routes=app.routes
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in bids.DOCUMENTED_MODELS:
+        body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(body.pop("$defs", {}))
+        components[model.__name__] = body
+    app.openapi_schema = schema
+    return schema

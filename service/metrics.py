@@ -1,0 +1,49 @@
+"""Prometheus metrics of one service process (``GET /metrics``), in a registry of its own per app.
+
+With several workers each process reports its own series (scrape each, or sum in Prometheus).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.request_seconds = Histogram(
+            "rcb_request_seconds",
+            "Request latency by route",
+            ["route", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.slot_updates = Counter(
+            "rcb_slot_updates_total",
+            "Slot updates by result (applied, replayed, conflict, skipped, unknown, invalid)",
+            ["result"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "rcb_decisions_total", "Ratios decided, by who decided (model or fallback)", ["decided_by"], registry=r
+        )
+        self.fallbacks = Counter("rcb_fallbacks_total", "Ratios decided by the fallback controller", registry=r)
+        self.cache = Counter(
+            "rcb_ratio_cache_total", "Ratio cache lookups by outcome (hit, miss, stale)", ["outcome"], registry=r
+        )
+        self.impressions = Counter("rcb_impressions_scored_total", "Utilities scored by /v1/bid", registry=r)
+        self.model_info = Gauge(
+            "rcb_model_info", "The model served (1 for the current version)", ["version"], registry=r
+        )
+        self.model_loaded = Gauge(
+            "rcb_model_loaded", "1 when a model is loaded, 0 when the fallback decides", registry=r
+        )
+        self.store_up = Gauge("rcb_store_up", "1 when the last store ping answered", registry=r)
+
+    def set_model(self, version: str, loaded: bool) -> None:
+        self.model_info.clear()
+        self.model_info.labels(version=version).set(1)
+        self.model_loaded.set(1 if loaded else 0)

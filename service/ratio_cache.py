@@ -1,0 +1,106 @@
+"""Each process's cache of the ratios campaigns bid now: ``/v1/bid`` makes no store round trip.
+
+An entry is fresh for ``ttl_s`` after it was read. Writes made by this process update it at once;
+writes made by other processes arrive as store notifications (Redis pub/sub) and mark the entry
+stale, so the next bid re-reads the store. **Staleness bound**: after a slot update is acknowledged,
+another process may still bid the previous slot's ratio for at most ``ttl_s`` (default 1 s) if the
+notification is lost, typically a few milliseconds when it is not. While the store is unreachable,
+a stale entry keeps serving (answers say ``stale: true``) rather than failing the bid.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from model.state import CampaignState, StateError
+from service.metrics import Metrics
+from service.store import EpisodeStore, StoreUnavailable
+
+
+@dataclass(frozen=True)
+class CachedRatio:
+    episode: str
+    slot: int
+    ratio: float
+    """The ratio to bid now: 0 when the budget is spent or all slots are reported."""
+    fetched: float
+    """``time.monotonic()`` when read from the store (or written by this process)."""
+
+
+def bid_ratio_of(state: CampaignState) -> float:
+    return 0.0 if state.budget_exhausted or state.done else state.next_ratio
+
+
+class RatioCache:
+    def __init__(self, ttl_s: float, metrics: Metrics, max_entries: int = 1_000_000):
+        self.ttl_s = ttl_s
+        self.metrics = metrics
+        self.max_entries = max_entries
+        self._entries: dict[str, CachedRatio] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, campaign: str, state: CampaignState) -> CachedRatio:
+        if len(self._entries) >= self.max_entries and campaign not in self._entries:
+            self._entries.pop(next(iter(self._entries)))  # oldest insertion first: a bounded memory footprint
+        entry = CachedRatio(state.episode, state.slot, bid_ratio_of(state), time.monotonic())
+        self._entries[campaign] = entry
+        return entry
+
+    def invalidate(self, campaign: str) -> None:
+        """Another process wrote this campaign: re-read at the next bid (the old entry stays as a fallback)."""
+        entry = self._entries.get(campaign)
+        if entry is not None:
+            self._entries[campaign] = CachedRatio(entry.episode, entry.slot, entry.ratio, float("-inf"))
+
+    def forget(self, campaign: str) -> None:
+        self._entries.pop(campaign, None)
+
+    def peek(self, campaign: str) -> CachedRatio | None:
+        return self._entries.get(campaign)
+
+    async def get_many(self, campaigns: Sequence[str], store: EpisodeStore) -> tuple[list[CachedRatio | None], bool]:
+        """Entries for ``campaigns`` (None: unknown campaign), and whether any was served stale.
+
+        Fresh entries cost nothing; the others are read in one ``get_many``. If the store is down, stale
+        entries are served; a campaign never seen by this process then raises :class:`StoreUnavailable`.
+        """
+        now = time.monotonic()
+        out: list[CachedRatio | None] = []
+        missing: list[int] = []
+        for k, campaign in enumerate(campaigns):
+            entry = self._entries.get(campaign)
+            if entry is not None and now - entry.fetched < self.ttl_s:
+                out.append(entry)
+            else:
+                out.append(None)
+                missing.append(k)
+        hits = len(campaigns) - len(missing)
+        if hits:
+            self.metrics.cache.labels(outcome="hit").inc(hits)
+        if not missing:
+            return out, False
+        names = [campaigns[k] for k in missing]
+        try:
+            stored = await store.get_many(names)
+        except StoreUnavailable:
+            stale = [self._entries.get(name) for name in names]
+            if any(e is None for e in stale):
+                raise
+            self.metrics.cache.labels(outcome="stale").inc(len(missing))
+            for k, entry in zip(missing, stale, strict=True):
+                out[k] = entry
+            return out, True
+        self.metrics.cache.labels(outcome="miss").inc(len(missing))
+        for k, name, item in zip(missing, names, stored, strict=True):
+            if item is None:
+                self.forget(name)
+                continue
+            try:
+                out[k] = self.put(name, CampaignState.from_bytes(item.blob))
+            except StateError:
+                self.forget(name)  # unreadable state: treated as unknown (the next registration replaces it)
+        return out, False

@@ -1,0 +1,1 @@
+"""One APIRouter per resource; ``service.main`` includes them all."""

@@ -1,0 +1,39 @@
+"""``POST /v1/admin/reload-model``: load the model again (or another directory) without dropping requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from anyio import to_thread
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from model.artifact import ArtifactError
+from service.deps import Authorized, MetricsDep, RunnerDep
+from service.errors import ERROR_RESPONSES, ApiError
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERROR_RESPONSES, dependencies=[Authorized])
+
+
+class ReloadRequest(BaseModel):
+    model_dir: str | None = Field(default=None, description="Another model directory; default: the one served")
+
+
+class ReloadAnswer(BaseModel):
+    model_version: str
+    previous_version: str
+
+
+@router.post("/reload-model", response_model=ReloadAnswer)
+async def reload_model(runner: RunnerDep, metrics: MetricsDep, body: ReloadRequest | None = None) -> ReloadAnswer:
+    """Load and validate the model, then swap it in; requests in flight finish on the old one. A refused model
+    (missing, corrupted, other contract) answers 422 and the old model keeps serving. Campaigns move to the new
+    model at their next slot (states hold raw stats only). SIGHUP does the same for the configured directory."""
+    previous = runner.version
+    directory = Path(body.model_dir) if body and body.model_dir else None
+    try:
+        version = await to_thread.run_sync(runner.load, directory)
+    except ArtifactError as exc:
+        raise ApiError(422, "model_refused", f"{exc}; still serving {previous}") from None
+    metrics.set_model(version, loaded=True)
+    return ReloadAnswer(model_version=version, previous_version=previous)

@@ -1,0 +1,203 @@
+"""``POST /v1/bid``: score a batch of impressions, ``bid_i = ratio x utility_i``, with no store round trip.
+
+Three bodies, told apart by content type and shape:
+
+* JSON ``{campaign_id, utilities: [...]}`` -> ``{campaign_id, bids, bid_ratio, slot, stale}``;
+* ``application/octet-stream``: little-endian float32 utilities, ``?campaign_id=`` in the query ->
+  float32 bids, with ``X-Bid-Ratio``, ``X-Slot`` and ``X-Stale`` headers;
+* columnar JSON for many campaigns ``{campaign_ids, counts, utilities}`` -> ``{bids, bid_ratios, slots, stale}``.
+
+The body goes through orjson straight into numpy (no per-impression objects); the ratio comes from the
+process's :class:`service.ratio_cache.RatioCache`. A campaign whose budget is spent, or whose day is
+over, bids 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Request, Response
+
+from service.deps import CacheDep, MetricsDep, SettingsDep, StoreDep
+from service.errors import ERROR_RESPONSES, ApiError, bad_request, store_unavailable, unknown_campaign
+from service.ratio_cache import CachedRatio
+from service.schemas import CAMPAIGN_ID, BidAnswer, BidRequest, ColumnarBidAnswer, ColumnarBidRequest
+from service.store import StoreUnavailable
+
+router = APIRouter(prefix="/v1", tags=["bids"], responses=ERROR_RESPONSES)
+
+JSON = "application/json"
+BINARY = "application/octet-stream"
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+_OPENAPI: dict[str, Any] = {
+    "parameters": [
+        {
+            "name": "campaign_id",
+            "in": "query",
+            "required": False,
+            "description": "The campaign, for the binary (application/octet-stream) form only",
+            "schema": {"type": "string", "pattern": CAMPAIGN_ID.pattern},
+        }
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            JSON: {
+                "schema": {
+                    "oneOf": [
+                        {"$ref": "#/components/schemas/BidRequest"},
+                        {"$ref": "#/components/schemas/ColumnarBidRequest"},
+                    ]
+                }
+            },
+            BINARY: {
+                "schema": {"type": "string", "format": "binary", "description": "little-endian float32 utilities"}
+            },
+        },
+    },
+    "responses": {
+        "200": {
+            "description": "Bids in the order of the utilities (binary in, binary float32 out)",
+            "content": {
+                JSON: {
+                    "schema": {
+                        "oneOf": [
+                            {"$ref": "#/components/schemas/BidAnswer"},
+                            {"$ref": "#/components/schemas/ColumnarBidAnswer"},
+                        ]
+                    }
+                },
+                BINARY: {"schema": {"type": "string", "format": "binary"}},
+            },
+        }
+    },
+}
+DOCUMENTED_MODELS = (BidRequest, ColumnarBidRequest, BidAnswer, ColumnarBidAnswer)
+"""Registered as OpenAPI components by ``service.main`` (the route parses raw bodies itself)."""
+
+
+def _utilities(values: Any, limit: int, what: str = "utilities") -> np.ndarray:
+    if not isinstance(values, list) or not values:
+        raise bad_request(f"{what} must be a non-empty array of numbers")
+    if len(values) > limit:
+        raise ApiError(413, "too_large", f"at most {limit} utilities per request")
+    array = np.asarray(values) if values else np.zeros(0)
+    if array.ndim != 1 or array.dtype.kind not in "fiu":
+        raise bad_request(f"{what} must be an array of numbers")
+    array = array.astype(np.float64, copy=False)
+    _check_values(array, what)
+    return array
+
+
+def _check_values(array: np.ndarray, what: str) -> None:
+    if not np.isfinite(array).all() or (array < 0).any():
+        raise bad_request(f"{what} must be finite and >= 0")
+
+
+def _campaign(value: Any) -> str:
+    if not isinstance(value, str) or not CAMPAIGN_ID.match(value):
+        raise bad_request("campaign_id must be 1-128 characters of letters, digits and . _ : -")
+    return value
+
+
+async def _entries(campaigns: list[str], cache: Any, store: Any) -> tuple[list[CachedRatio], bool]:
+    try:
+        entries, stale = await cache.get_many(campaigns, store)
+    except StoreUnavailable as exc:
+        raise store_unavailable(exc) from None
+    unknown = [c for c, e in zip(campaigns, entries, strict=True) if e is None]
+    if unknown:
+        raise (
+            unknown_campaign(unknown[0])
+            if len(unknown) == 1
+            else ApiError(
+                404, "unknown_campaign", f"campaigns without an episode: {', '.join(sorted(set(unknown))[:20])}"
+            )
+        )
+    return entries, stale
+
+
+@router.post("/bid", openapi_extra=_OPENAPI, response_model=None)
+async def bid(
+    request: Request, cache: CacheDep, store: StoreDep, settings: SettingsDep, metrics: MetricsDep
+) -> Response:
+    """Score impressions: `bid = ratio x utility`, ratio from this process's cache (no store round trip)."""
+    content_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if content_type not in (JSON, BINARY):
+        raise ApiError(415, "unsupported_media_type", f"send {JSON} or {BINARY}, not {content_type or 'nothing'!r}")
+    body = await request.body()
+    if not body:
+        raise bad_request("empty body")
+    if content_type == BINARY:
+        return await _binary(request, body, cache, store, settings, metrics)
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "malformed_json", f"the body is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise bad_request("the body must be a JSON object")
+    if "campaign_ids" in data:
+        return await _columnar(data, cache, store, settings, metrics)
+    extra = set(data) - {"campaign_id", "utilities"}
+    if extra:
+        raise bad_request(f"unknown fields: {', '.join(sorted(map(str, extra)))}")
+    campaign = _campaign(data.get("campaign_id"))
+    utilities = _utilities(data.get("utilities"), settings.max_utilities)
+    (entry,), stale = await _entries([campaign], cache, store)
+    metrics.impressions.inc(utilities.size)
+    out = {
+        "campaign_id": campaign,
+        "bids": utilities * entry.ratio,
+        "bid_ratio": entry.ratio,
+        "slot": entry.slot,
+        "stale": stale,
+    }
+    return Response(orjson.dumps(out, option=_OPTIONS), media_type=JSON)
+
+
+async def _binary(request: Request, body: bytes, cache: Any, store: Any, settings: Any, metrics: Any) -> Response:
+    campaign = _campaign(request.query_params.get("campaign_id"))
+    if len(body) % 4:
+        raise bad_request(f"a float32 body has a multiple of 4 bytes, not {len(body)}")
+    if len(body) // 4 > settings.max_utilities:
+        raise ApiError(413, "too_large", f"at most {settings.max_utilities} utilities per request")
+    utilities = np.frombuffer(body, dtype="<f4")
+    _check_values(utilities, "utilities")
+    (entry,), stale = await _entries([campaign], cache, store)
+    metrics.impressions.inc(utilities.size)
+    bids = (utilities * np.float32(entry.ratio)).astype("<f4", copy=False)
+    headers = {"x-bid-ratio": repr(entry.ratio), "x-slot": str(entry.slot), "x-stale": "1" if stale else "0"}
+    return Response(bids.tobytes(), media_type=BINARY, headers=headers)
+
+
+async def _columnar(data: dict[str, Any], cache: Any, store: Any, settings: Any, metrics: Any) -> Response:
+    extra = set(data) - {"campaign_ids", "counts", "utilities"}
+    if extra:
+        raise bad_request(f"unknown fields: {', '.join(sorted(map(str, extra)))}")
+    campaigns = data.get("campaign_ids")
+    counts = data.get("counts")
+    if not isinstance(campaigns, list) or not campaigns:
+        raise bad_request("campaign_ids must be a non-empty array")
+    campaigns = [_campaign(c) for c in campaigns]
+    if not isinstance(counts, list) or len(counts) != len(campaigns):
+        raise bad_request("counts must be an array with one count per campaign id")
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+        raise bad_request("counts must be integers >= 0")
+    utilities = _utilities(data.get("utilities"), settings.max_utilities)
+    if sum(counts) != utilities.size:
+        raise bad_request(f"counts add up to {sum(counts)} but {utilities.size} utilities were sent")
+    unique = list(dict.fromkeys(campaigns))
+    entries, stale = await _entries(unique, cache, store)
+    by_campaign = dict(zip(unique, entries, strict=True))
+    ratios = np.array([by_campaign[c].ratio for c in campaigns])
+    metrics.impressions.inc(utilities.size)
+    out = {
+        "bids": utilities * np.repeat(ratios, counts),
+        "bid_ratios": ratios,
+        "slots": [by_campaign[c].slot for c in campaigns],
+        "stale": stale,
+    }
+    return Response(orjson.dumps(out, option=_OPTIONS), media_type=JSON)

@@ -1,0 +1,43 @@
+"""``/healthz`` (the process answers), ``/readyz`` (store reachable and model loaded), ``/metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.deps import MetricsDep, RunnerDep, SettingsDep, StoreDep
+from service.errors import ApiError
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is alive (no dependency checked)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "The store is unreachable or no model is loaded"}})
+async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metrics: MetricsDep) -> dict[str, object]:
+    """Ready to take traffic: the store answers a ping and a model is loaded (not the fallback)."""
+    store_up = await store.ping()
+    metrics.store_up.set(1 if store_up else 0)
+    artifact = runner.artifact
+    detail = {
+        "store": settings.store_kind,
+        "store_reachable": store_up,
+        "model_loaded": artifact is not None,
+        "model_version": runner.version,
+        "algorithm": None if artifact is None else artifact.card.algorithm,
+        "setting": None if artifact is None else str(artifact.card.setting),
+        "model_error": runner.load_error,
+    }
+    if not (store_up and artifact is not None):
+        raise ApiError(503, "not_ready", detail)
+    return {"status": "ready", **detail}
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics_endpoint(metrics: MetricsDep) -> Response:
+    """Prometheus text format: request latency per route, slot updates by result, fallbacks, cache, model."""
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,126 @@
+"""The model behind the service: one :class:`model.policy.Policy`, a fallback controller, hot reload.
+
+Triton's shape: the entry point takes a batch of campaigns (any slots) and answers each one. The
+model runs off the event loop (onnxruntime blocks), so bids keep flowing during a slot-boundary burst.
+If the model cannot run (missing or refused at startup, or an inference error), the numpy controller
+of :mod:`model.controller` decides instead and the answer says ``decided_by: fallback``. A reload
+builds the new model completely before it swaps in; a refused one leaves the old one serving. The
+state holds raw stats only, so a new model takes over at each campaign's next slot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from anyio import to_thread
+
+from model.artifact import CARD_FILE, Artifact, ArtifactError, load_artifact
+from model.controller import controller_ratios
+from model.policy import Decision, Policy
+from model.state import CampaignState, stack_histories
+
+log = logging.getLogger("rcb.service")
+
+FALLBACK_VERSION = "fallback-controller"
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The decision for a batch of states: ratios, posteriors (or None), who decided, which model."""
+
+    ratio: np.ndarray
+    mean: np.ndarray | None
+    std: np.ndarray | None
+    decided_by: str
+    model_version: str
+    error: str | None = None
+    """Why the fallback decided, when it did."""
+
+    def state(self, k: int, state: CampaignState) -> CampaignState:
+        """``state`` with row ``k``'s decision applied."""
+        return state.decided(
+            float(self.ratio[k]),
+            self.model_version,
+            self.decided_by,
+            None if self.mean is None else self.mean[k],
+            None if self.std is None else self.std[k],
+        )
+
+
+def model_version(artifact: Artifact) -> str:
+    """``{algorithm}-{setting}-{sha256(model.json)[:12]}``: names the exact artifact served."""
+    digest = hashlib.sha256((artifact.directory / CARD_FILE).read_bytes()).hexdigest()[:12]
+    return f"{artifact.card.algorithm}-{artifact.card.setting}-{digest}"
+
+
+class ModelRunner:
+    """Holds the served model; thread-safe swap on reload."""
+
+    def __init__(self, model_dir: Path, onnx_threads: int = 1):
+        self.model_dir = Path(model_dir)
+        self.onnx_threads = onnx_threads
+        self._lock = threading.Lock()
+        self.policy: Policy | None = None
+        self.version: str = FALLBACK_VERSION
+        self.load_error: str | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self.policy is not None
+
+    @property
+    def artifact(self) -> Artifact | None:
+        return None if self.policy is None else self.policy.artifact
+
+    def load(self, model_dir: Path | None = None) -> str:
+        """Load (or reload) the model; on failure keep the current one and raise :class:`ArtifactError`."""
+        directory = Path(model_dir) if model_dir is not None else self.model_dir
+        try:
+            artifact = load_artifact(directory, intra_op_threads=self.onnx_threads)
+        except ArtifactError as exc:
+            with self._lock:
+                if self.policy is None:
+                    self.load_error = str(exc)
+            raise
+        policy, version = Policy(artifact), model_version(artifact)
+        with self._lock:
+            self.policy, self.version, self.model_dir, self.load_error = policy, version, directory, None
+        log.info("model loaded", extra={"model_version": version, "model_dir": str(directory)})
+        return version
+
+    def decide(self, states: Sequence[CampaignState]) -> Decided:
+        """Next ratios for ``states`` (blocking; call :meth:`decide_async` from the event loop)."""
+        with self._lock:
+            policy, version = self.policy, self.version
+        if policy is not None:
+            try:
+                decision: Decision = policy.decide_states(states)
+                if not np.all(np.isfinite(decision.ratio)):
+                    raise FloatingPointError("the model produced a non-finite ratio")
+                return Decided(decision.ratio, decision.mean, decision.std, "model", version)
+            except Exception as exc:  # any inference failure must fall back, never fail the slot
+                log.error("model inference failed, fallback controller decides", extra={"error": repr(exc)})
+                error = f"inference failed: {exc!r}"
+        else:
+            error = self.load_error or "no model loaded"
+        return Decided(fallback_ratios(states), None, None, "fallback", FALLBACK_VERSION, error)
+
+    async def decide_async(self, states: Sequence[CampaignState]) -> Decided:
+        return await to_thread.run_sync(self.decide, list(states))
+
+
+def fallback_ratios(states: Sequence[CampaignState]) -> np.ndarray:
+    """The numpy controller's ratios (:func:`model.controller.controller_ratios`), grouped by slot."""
+    out = np.empty(len(states))
+    by_slot: dict[int, list[int]] = {}
+    for i, s in enumerate(states):
+        by_slot.setdefault(s.slot, []).append(i)
+    for rows in by_slot.values():
+        out[rows] = controller_ratios(stack_histories([states[i] for i in rows]))
+    return out

@@ -1,0 +1,192 @@
+"""Pydantic I/O of the control plane (registration, slot updates, campaign views) and the documented bid bodies.
+
+The ``/v1/bid`` hot path does not build these per request: it parses with orjson straight into numpy
+(``routes/bids.py``). Its models here only document the bodies in OpenAPI.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from model.contract import RATIO_MAX, SLOTS_PER_DAY
+
+CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+"""Campaign and episode ids: letters, digits and ``. _ : -``, 1 to 128 characters (no braces: the Redis hash tag)."""
+
+
+def check_id(value: str, what: str = "campaign_id") -> str:
+    if not isinstance(value, str) or not CAMPAIGN_ID.match(value):
+        raise ValueError(f"{what} must be 1-128 characters of letters, digits and . _ : -")
+    return value
+
+
+CampaignId = Annotated[
+    str,
+    Field(description="1-128 characters: letters, digits and . _ : -", examples=["shop-42"]),
+    AfterValidator(check_id),
+]
+EpisodeId = Annotated[
+    str,
+    Field(description="The episode (one day) id, e.g. a date; 1-128 characters: letters, digits and . _ : -"),
+    AfterValidator(lambda v: check_id(v, "episode")),
+]
+
+
+def _finite_non_negative(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("must be a finite number >= 0")
+    return value
+
+
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False), AfterValidator(_finite_non_negative)]
+Count = Annotated[int, Field(ge=0, le=2**53)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class CampaignRegistration(_Strict):
+    """``PUT /v1/campaigns/{campaign_id}``: start (or idempotently re-confirm) an episode."""
+
+    episode: EpisodeId
+    roi_target: float = Field(gt=0, allow_inf_nan=False, description="L: the episode must end with delivery/cost >= L")
+    budget: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="B: the day's spend cap; null for none (the SC setting)"
+    )
+    slots: int = Field(default=SLOTS_PER_DAY, description=f"Slots per episode; models are trained for {SLOTS_PER_DAY}")
+    reference: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="A delivery scale. Accepted for compatibility and ignored: the models' features are scale-free "
+        "(model card `registration` lists what a model reads: L and B).",
+    )
+    model: str | None = Field(
+        default=None, description="The model version the caller expects; 409 if the service serves another"
+    )
+
+    @model_validator(mode="after")
+    def _slots(self) -> CampaignRegistration:
+        if self.slots != SLOTS_PER_DAY:
+            raise ValueError(f"slots must be {SLOTS_PER_DAY} (the models decide one ratio per 30-minute slot)")
+        return self
+
+
+class SlotStats(_Strict):
+    """One slot's stats as the ad engine attributed them during the slot (a reported slot is final)."""
+
+    delivery: Amount = Field(
+        description="Delivery attributed during the slot (late conversions count when they arrive)"
+    )
+    cost: Amount = Field(description="What the won auctions cost")
+    wins: Count = Field(description="Auctions won")
+    auctions: Count = Field(description="Auctions entered (bid submitted), won or not")
+
+    @model_validator(mode="after")
+    def _wins(self) -> SlotStats:
+        if self.wins > self.auctions:
+            raise ValueError(f"wins ({self.wins}) cannot exceed auctions ({self.auctions})")
+        return self
+
+
+class SlotUpdate(SlotStats):
+    """``POST /v1/slot-update``: slot ``slot`` of the campaign's episode has just ended."""
+
+    campaign_id: CampaignId
+    episode: EpisodeId
+    slot: int = Field(ge=0, lt=SLOTS_PER_DAY, description="The slot that ended, 0..47")
+
+
+class SlotUpdateBatch(_Strict):
+    """``POST /v1/slot-update/batch``: a slot boundary of many campaigns in one call (one model call)."""
+
+    updates: list[SlotUpdate] = Field(min_length=1)
+
+
+class SlotAnswer(BaseModel):
+    """The answer to one slot update: the ratio to bid in the next slot."""
+
+    campaign_id: str
+    slot: int = Field(description="The next slot, the one `bid_ratio` is for (48: the episode is over)")
+    bid_ratio: float = Field(ge=0, le=RATIO_MAX)
+    model_version: str
+    decided_by: Literal["model", "fallback", "shield"]
+    replayed: bool = Field(description="True when this update had already been applied (same stats): nothing changed")
+    budget_exhausted: bool = Field(description="The reported cost has reached the budget: /v1/bid answers 0")
+
+
+class BatchItem(BaseModel):
+    """One campaign's answer inside a batch: ``status`` 200 with the answer, or an error of its own."""
+
+    status: int
+    campaign_id: str | None = None
+    answer: SlotAnswer | None = None
+    error: str | None = None
+    detail: object | None = None
+
+
+class SlotUpdateBatchAnswer(BaseModel):
+    results: list[BatchItem] = Field(description="One item per update, in the order sent")
+    applied: int
+    replayed: int
+    failed: int
+
+
+class Posterior(BaseModel):
+    mean: list[float]
+    std: list[float]
+
+
+class CampaignView(BaseModel):
+    """A campaign's current episode: where it stands and the ratio it bids now."""
+
+    campaign_id: str
+    episode: str
+    slot: int = Field(description="Slots reported so far; `bid_ratio` is for this slot")
+    bid_ratio: float
+    roi_target: float
+    budget: float | None
+    delivery: float
+    cost: float
+    roi: float | None = Field(description="Cumulative delivery / cost (null before any spend)")
+    budget_exhausted: bool
+    done: bool = Field(description="All 48 slots reported")
+    posterior: Posterior | None
+    model_version: str
+    decided_by: str
+    created: bool | None = Field(default=None, description="PUT only: true when this call started the episode")
+
+
+class BidRequest(BaseModel):
+    """``POST /v1/bid`` (application/json): one campaign's impressions."""
+
+    campaign_id: CampaignId
+    utilities: list[Annotated[float, Field(ge=0)]] = Field(min_length=1, description="Predicted utility u_i >= 0 each")
+
+
+class ColumnarBidRequest(BaseModel):
+    """``POST /v1/bid`` (application/json), many campaigns: ``counts[k]`` utilities of ``campaign_ids[k]`` in turn."""
+
+    campaign_ids: list[CampaignId] = Field(min_length=1)
+    counts: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    utilities: list[Annotated[float, Field(ge=0)]]
+
+
+class BidAnswer(BaseModel):
+    campaign_id: str
+    bids: list[float] = Field(description="ratio x utility for each impression, in order")
+    bid_ratio: float
+    slot: int
+    stale: bool = Field(description="True when served from cache while the store was unreachable")
+
+
+class ColumnarBidAnswer(BaseModel):
+    bids: list[float]
+    bid_ratios: list[float]
+    slots: list[int]
+    stale: bool
