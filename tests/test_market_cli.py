@@ -81,3 +81,21 @@ def test_report_on_missing_dir_is_a_clear_error(tmp_path: Path):
     result = runner.invoke(app, ["market", "report", str(tmp_path / "nope")])
     assert result.exit_code == 2
     assert "manifest.json" in result.output
+
+
+def test_report_table_has_a_heading_and_goes_to_stdout(generated: Path, tmp_path: Path):
+    png = tmp_path / "r.png"
+    result = runner.invoke(app, ["market", "report", str(generated), "--out", str(png)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "non-stationarity per split" in lines[0]
+    assert lines[2].split() == ["per", "split", "train", "test", "ood"]
+    assert "plot:" in result.stderr and "plot:" not in result.stdout
+
+
+def test_generate_prints_its_summary_on_stdout(tmp_path: Path):
+    out = tmp_path / "m"
+    args = ["market", "generate", "--out", str(out), "--days-id", "2", "--days-ood", "0"]
+    result = runner.invoke(app, [*args, "--impressions-per-day", "500", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 2 days (1 train / 1 test / 0 ood)" in result.stdout

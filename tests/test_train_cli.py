@@ -152,3 +152,18 @@ def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
     floor = random_policy_score(days, seed=0)
     scores = [log.train_score for log in logs]
     assert max(scores) > floor + 0.2 and scores[-1] > floor + 0.2, (scores, floor)
+
+
+def test_help_shows_sacconfig_defaults():
+    """The rival knobs default to SACConfig's own values, and --help shows them (not a swallowed placeholder)."""
+    from rcb.commands.train import sac_defaults
+    from training.agents.sac import SACConfig
+
+    config = SACConfig()
+    for name in ("epochs", "updates_per_epoch", "uscb_gamma", "rcpo_learning_rate"):
+        assert sac_defaults()[name] == getattr(config, name), name
+    result = runner.invoke(app, ["train", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert f"Training epochs. [default: {config.epochs}]" in text
+    assert f"[default: {config.updates_per_epoch}]" in text and f"[default: {config.uscb_gamma}]" in text
