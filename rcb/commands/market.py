@@ -16,6 +16,7 @@ from rcb.commands.common import (
     check_output_file,
     console,
     fail,
+    plural,
     print_json,
     progress,
     user_errors,
@@ -54,8 +55,9 @@ def generate_command(
         n_train = round(config.train_fraction * days_id)
         if days_id + days_ood > 0 and (n_train < 1 or days_id - n_train < 1):
             raise fail(
-                f"--days-id {days_id} gives {n_train} train and {days_id - n_train} test days; a market needs at"
-                f" least 1 train and 1 test day: --days-id {min_days_id(config.train_fraction)} or more"
+                f"--days-id {days_id} gives {n_train} train and {plural(days_id - n_train, 'test day')};"
+                " a market needs at least 1 train and 1 test day:"
+                f" --days-id {min_days_id(config.train_fraction)} or more"
             )
         check_config(config)
     started = time.perf_counter()
@@ -69,8 +71,8 @@ def generate_command(
         print_json({"out": str(out), "days": counts, "impressions": impressions, "seconds": round(elapsed, 2)})
     else:
         typer.echo(
-            f"wrote {len(market.days)} days ({counts['train']} train / {counts['test']} test / {counts['ood']} ood),"
-            f" {impressions:,} impressions to {out} in {elapsed:.1f}s"
+            f"wrote {plural(len(market.days), 'day')} ({counts['train']} train / {counts['test']} test /"
+            f" {counts['ood']} ood), {impressions:,} impressions to {out} in {elapsed:.1f}s"
         )
 
 
@@ -95,7 +97,7 @@ def report_command(
             facts = collect_facts(market, progress=lambda _result: bar.advance(task))
         summary = summarize(facts)
         png.parent.mkdir(parents=True, exist_ok=True)
-        plot(facts, png, title=f"{data_dir.name}: {len(market.days)} days")
+        plot(facts, png, title=f"{data_dir.name}: {plural(len(market.days), 'day')}")
         (png.with_suffix(".json")).write_text(jsonlib.dumps(summary, indent=1))
     if json:
         print_json({"png": str(png), "summary": summary})

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from model.contract import Setting
-from rcb.commands.common import check_output_dir, fail, print_json, progress, user_errors
+from rcb.commands.common import check_output_dir, fail, plural, print_json, progress, user_errors
 
 RUN_FILE = "run.json"
 
@@ -151,5 +151,5 @@ def train_command(
     else:
         typer.echo(
             f"run in {out}: best validation score {summary['best_validation_score']:.3f} after"
-            f" {summary['epochs']} epochs; curves {out}/curves.png"
+            f" {plural(summary['epochs'], 'epoch')}; curves {out}/curves.png"
         )
