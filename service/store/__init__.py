@@ -1,0 +1,72 @@
+"""Per-campaign belief-state stores: in-process, Redis, Redis Cluster; one contract (:class:`EpisodeStore`)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from service.store.base import EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
+from service.store.cluster import RedisClusterStore, parse_cluster_url
+from service.store.memory import MemoryStore
+from service.store.redis import DEFAULT_STATE_TTL_S, RedisStore
+
+__all__ = [
+    "EpisodeStore",
+    "MemoryStore",
+    "RedisClusterStore",
+    "RedisStore",
+    "StoreError",
+    "StoreUnavailable",
+    "Stored",
+    "UnknownCampaign",
+    "open_store",
+]
+
+
+async def open_store(
+    url: str | None = None,
+    *,
+    prefix: str = "rcb",
+    state_ttl_s: int = DEFAULT_STATE_TTL_S,
+    pool_size: int = 32,
+    pool_timeout_s: float = 0.5,
+    timeout_s: float = 0.25,
+) -> EpisodeStore:
+    """Open the store named by ``url``.
+
+    - ``None`` or ``"memory"``: :class:`MemoryStore` (the keyword arguments do not apply);
+    - ``redis://host:port/db`` or ``rediss://...``: :class:`RedisStore`;
+    - ``redis+cluster://host:port[,host:port...]``: :class:`RedisClusterStore`.
+
+    Raises ``ValueError`` for a URL it cannot use. Never fails because Redis is down: the store opens degraded
+    (``ping()`` answers ``False``, other calls raise ``StoreUnavailable``) and recovers when Redis comes back.
+    """
+    if url is None or url.strip() in ("memory", "memory://"):
+        return MemoryStore()
+    url = url.strip()
+    options = {
+        "prefix": prefix,
+        "state_ttl_s": state_ttl_s,
+        "pool_size": pool_size,
+        "pool_timeout_s": pool_timeout_s,
+        "timeout_s": timeout_s,
+    }
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme in ("redis", "rediss"):
+        parts = urlsplit(url)
+        try:
+            parts.port  # noqa: B018 (raises ValueError on a malformed port)
+        except ValueError as e:
+            raise ValueError(f"bad port in store URL {url!r}: {e}") from None
+        if not parts.hostname:
+            raise ValueError(f"store URL {url!r} names no host (expected {scheme}://host:port/db)")
+        db = parts.path.strip("/")
+        if db and not db.isdigit():
+            raise ValueError(f"store URL {url!r}: the path must be a database number, got {db!r}")
+        return RedisStore(url, **options)
+    if scheme == "redis+cluster":
+        parse_cluster_url(url)
+        return RedisClusterStore(url, **options)
+    raise ValueError(
+        f"unsupported store URL {url!r}: expected 'memory' (or none), redis://host:port/db, rediss://host:port/db "
+        "or redis+cluster://host:port[,host:port...]"
+    )

@@ -1,0 +1,120 @@
+"""The per-campaign belief-state store: one opaque, versioned blob per campaign.
+
+The store knows three things about a campaign's state: the episode id, the slot (how many slots have been
+applied, 0..48) and the blob (bytes from ``model/state.py``, never decoded here). Every store (memory, Redis,
+Redis Cluster) implements :class:`EpisodeStore` with the same semantics; ``tests/service/test_store_contract.py``
+runs one test body on all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One campaign's state as stored: the episode it belongs to, the number of slots applied, the blob."""
+
+    episode: str
+    slot: int
+    blob: bytes
+
+
+class StoreError(Exception):
+    """Base class of every error a store raises."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached in time (timeout, connection refused, cluster down); nothing was written.
+
+    A write that timed out after the request reached the server may still have been applied there; both writes are
+    compare-and-set style, so a retry is safe: it either applies or reports the state it finds.
+    """
+
+
+class UnknownCampaign(StoreError, KeyError):
+    """``compare_and_set`` on a campaign that has no state (never registered, deleted, or expired by TTL).
+
+    It is also a ``KeyError`` so that callers may treat it like a missing mapping key. ``.campaign`` holds the id.
+    """
+
+    def __init__(self, campaign: str) -> None:
+        super().__init__(campaign)
+        self.campaign = campaign
+
+    def __str__(self) -> str:
+        return f"unknown campaign {self.campaign!r}: no state stored (register an episode first)"
+
+
+UpdateCallback = Callable[[str], None]
+"""Called with the campaign id of every successful write; must not block (it runs on the event loop)."""
+
+
+@runtime_checkable
+class EpisodeStore(Protocol):
+    """What the service needs from a belief-state store. Every method is a coroutine.
+
+    Redis-backed stores raise :class:`StoreUnavailable` (never a raw redis error) when the server cannot be reached
+    within their timeout; ``ping`` answers ``False`` instead of raising.
+    """
+
+    async def get(self, campaign: str) -> Stored | None:
+        """The campaign's state, or ``None`` if it has none."""
+        ...
+
+    async def get_many(self, campaigns: Sequence[str]) -> list[Stored | None]:
+        """States of ``campaigns``, in order, ``None`` for missing ones (one round trip on a single Redis)."""
+        ...
+
+    async def register(self, campaign: str, episode: str, blob: bytes) -> tuple[Stored, bool]:
+        """Atomically start ``episode`` unless it is the stored one.
+
+        No state, or a different stored episode: store ``(episode, 0, blob)`` and return it with ``True``.
+        The same episode already stored: write nothing and return the stored state with ``False`` (an idempotent
+        re-confirm, whatever slot it has reached).
+        """
+        ...
+
+    async def compare_and_set(self, campaign: str, episode: str, expected_slot: int, blob: bytes) -> Stored | None:
+        """Atomically apply one slot: if the stored ``(episode, slot)`` is ``(episode, expected_slot)``, store
+        ``(episode, expected_slot + 1, blob)`` and return ``None``. Otherwise write nothing and return the stored
+        state (a different episode or slot). Raises :class:`UnknownCampaign` if the campaign has no state.
+        """
+        ...
+
+    async def delete(self, campaign: str) -> None:
+        """Forget the campaign's state (no error if it has none)."""
+        ...
+
+    async def ping(self) -> bool:
+        """Whether the store answers within its timeout; ``False`` rather than an exception when it does not."""
+        ...
+
+    async def subscribe(self, on_update: UpdateCallback) -> None:
+        """Deliver to ``on_update`` the campaign id of every write (register that wrote, applied compare_and_set,
+        delete of an existing state), made by any process sharing the store. May be called more than once."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop delivering updates and release connections."""
+        ...
+
+
+def check_campaign(campaign: str) -> str:
+    if not isinstance(campaign, str) or not campaign:
+        raise ValueError(f"campaign id must be a non-empty str, got {campaign!r}")
+    return campaign
+
+
+def check_write(episode: str, blob: bytes, expected_slot: int | None = None) -> None:
+    """Refuse arguments that no store could round-trip (raised before anything is sent)."""
+    if not isinstance(episode, str) or not episode:
+        raise ValueError(f"episode id must be a non-empty str, got {episode!r}")
+    if not isinstance(blob, bytes | bytearray | memoryview):
+        raise TypeError(f"blob must be bytes, got {type(blob).__name__}")
+    if expected_slot is not None and (
+        isinstance(expected_slot, bool) or not isinstance(expected_slot, int) or expected_slot < 0
+    ):
+        raise ValueError(f"expected_slot must be an int >= 0, got {expected_slot!r}")

@@ -1,0 +1,122 @@
+"""Redis Cluster store: :class:`RedisStore` with a cluster client; keys, scripts and semantics are unchanged.
+
+Each campaign is one key whose hash tag is the campaign id, so every script touches one slot. ``get_many`` runs a
+cluster pipeline (HMGETs grouped per node, nodes in parallel; no scripts in it). Updates are PUBLISHed with classic
+pub/sub, which the cluster broadcasts to every node, so the listener subscribes on one node (rotating through the
+configured nodes when it reconnects).
+
+URL: ``redis+cluster://[[user]:password@]host:port[,host:port...]``: the startup nodes; any reachable one suffices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import unquote
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from service.store.base import Stored
+from service.store.redis import _FIELDS, RedisStore, _decode
+
+SCHEME = "redis+cluster"
+
+
+def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], str | None, str | None]:
+    """``redis+cluster://[[user]:password@]h1:p1,h2:p2`` -> ([(h1, p1), (h2, p2)], user, password).
+
+    Raises ``ValueError`` naming the problem.
+    """
+    head = f"{SCHEME}://"
+    if not url.startswith(head):
+        raise ValueError(f"a cluster URL starts with {head!r}: {url!r}")
+    rest = url[len(head) :]
+    if any(ch in rest for ch in "?#"):
+        raise ValueError(f"a cluster URL takes no query or fragment: {url!r}")
+    rest = rest.rstrip("/")
+    if "/" in rest:
+        raise ValueError(f"a cluster URL has no database path (a cluster has only db 0): {url!r}")
+    userinfo, _, hosts = rest.rpartition("@")
+    username = password = None
+    if userinfo:
+        user, sep, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if sep else None
+    nodes: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"cluster URL node {item!r} is not host:port (in {url!r})")
+        nodes.append((host.strip("[]"), int(port)))
+    return nodes, username, password
+
+
+class RedisClusterStore(RedisStore):
+    """:class:`~service.store.base.EpisodeStore` on a Redis Cluster (``redis+cluster://`` URL).
+
+    Same parameters as :class:`RedisStore`; ``pool_size`` bounds the commands in flight across the cluster (the
+    cluster client raises instead of waiting when a node's pool is full, so a semaphore waits in front of it, up to
+    the command's deadline).
+    """
+
+    def _make_client(self) -> Any:
+        nodes, username, password = parse_cluster_url(self.url)
+        self.nodes = nodes
+        self._credentials = {"username": username, "password": password}
+        self.where = f"{SCHEME}://" + ",".join(f"{h}:{p}" for h, p in nodes)
+        self._limiter = asyncio.Semaphore(self.pool_size)
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+            max_connections=self.pool_size,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.connect_timeout_s,
+            # One retry after a connection error or MOVED storm: the client refreshes the slot map first.
+            retry=Retry(NoBackoff(), 1),
+            decode_responses=False,
+            **self._credentials,
+        )
+
+    async def _ensure_ready(self) -> None:
+        # Discover the cluster once, before the first command, one task at a time: redis-py 8.1's RedisCluster
+        # breaks connections (AttributeError on a None writer, "Connection closed by server") when a burst of
+        # commands is the first use of a client and each of them initializes it. Retried on the next call if the
+        # cluster is down now; after that the client refreshes its slot map itself (MOVED, connection errors).
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if not self._ready:
+                await self._client.initialize()
+                self._ready = True
+
+    def _make_pubsub_client(self, attempt: int) -> Redis:
+        host, port = self.nodes[attempt % len(self.nodes)]
+        pool = ConnectionPool(
+            host=host,
+            port=port,
+            max_connections=2,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.connect_timeout_s,
+            health_check_interval=5,
+            decode_responses=False,
+            **self._credentials,
+        )
+        return Redis.from_pool(pool)
+
+    async def get_many(self, campaigns: Sequence[str]) -> list[Stored | None]:
+        keys = [self.key(c) for c in campaigns]
+        if not keys:
+            return []
+
+        async def fetch() -> list[Any]:
+            async with self._client.pipeline() as pipe:  # ClusterPipeline: grouped per node, nodes in parallel
+                for key in keys:
+                    pipe.hmget(key, *_FIELDS)
+                return await pipe.execute()
+
+        return [_decode(fields) for fields in await self._call("get_many", fetch)]

@@ -1,0 +1,17 @@
+-- Apply one slot if the stored (episode, slot) is the expected one (EpisodeStore.compare_and_set).
+-- KEYS[1]: the campaign's hash {e: episode, s: slot, b: blob}
+-- ARGV: episode, expected_slot, blob, ttl_ms, channel, campaign
+-- Returns {1} when applied (slot becomes expected_slot + 1); {-1} when the campaign has no state;
+-- {0, e, s, b} (the stored state, untouched) otherwise.
+local current = redis.call('HMGET', KEYS[1], 'e', 's', 'b')
+if not current[1] then
+  return {-1}
+end
+local expected = tonumber(ARGV[2])
+if current[1] ~= ARGV[1] or tonumber(current[2]) ~= expected then
+  return {0, current[1], current[2], current[3]}
+end
+redis.call('HSET', KEYS[1], 's', tostring(expected + 1), 'b', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[6])
+return {1}

@@ -1,0 +1,12 @@
+-- Start an episode unless it is the stored one (EpisodeStore.register).
+-- KEYS[1]: the campaign's hash {e: episode, s: slot, b: blob}
+-- ARGV: episode, blob, ttl_ms, channel, campaign
+-- Returns {1} when written; {0, e, s, b} (the stored state, untouched) when the episode is already stored.
+local current = redis.call('HMGET', KEYS[1], 'e', 's', 'b')
+if current[1] == ARGV[1] then
+  return {0, current[1], current[2], current[3]}
+end
+redis.call('HSET', KEYS[1], 'e', ARGV[1], 's', '0', 'b', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return {1}

@@ -1,0 +1,306 @@
+"""Redis store: one HASH per campaign, writes through Lua scripts, updates broadcast on a pub/sub channel.
+
+Layout: key ``f"{prefix}:{{{campaign}}}"`` (the campaign id in a hash tag, so Redis Cluster can shard by campaign)
+holds the fields ``e`` (episode id), ``s`` (slot, decimal) and ``b`` (the opaque blob). ``register`` and
+``compare_and_set`` run ``lua/register.lua`` and ``lua/compare_and_set.lua``: each checks, writes, refreshes the
+TTL (``state_ttl_s``) and PUBLISHes the campaign id on ``f"{prefix}:updates"``, in one round trip.
+
+Failure model: every command runs under the socket timeout ``timeout_s`` and an overall deadline
+(``pool_timeout_s + 3 * timeout_s``); any redis or socket error becomes
+:class:`~service.store.base.StoreUnavailable`. A refused connection is retried once (to get past a stale pooled
+connection after a server restart); a timeout is not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.resources
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from redis import exceptions as redis_errors
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from service.store.base import (
+    Stored,
+    StoreError,
+    StoreUnavailable,
+    UnknownCampaign,
+    UpdateCallback,
+    check_campaign,
+    check_write,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_STATE_TTL_S = 7 * 24 * 3600
+_FIELDS = ("e", "s", "b")
+_REDIS_FAILURES = (redis_errors.RedisError, redis_errors.RedisClusterException, OSError)
+_RESUBSCRIBE_BACKOFF_S = (0.05, 5.0)  # first and largest wait before the listener reconnects
+
+
+def lua_source(name: str) -> str:
+    """The text of ``service/store/lua/<name>`` (package data)."""
+    return importlib.resources.files("service.store").joinpath("lua", name).read_text(encoding="utf-8")
+
+
+def _connection_retry() -> Retry:
+    # One immediate retry, on connection errors only: gets past a pooled connection that died with the server.
+    # Timeouts are not retried, so a stalled server costs one timeout_s, not several.
+    return Retry(NoBackoff(), 1, supported_errors=(redis_errors.ConnectionError,))
+
+
+def _decode(fields: Sequence[Any]) -> Stored | None:
+    episode, slot, blob = fields
+    if episode is None:
+        return None
+    return Stored(episode.decode("utf-8"), int(slot), bytes(blob) if blob is not None else b"")
+
+
+def describe_url(url: str) -> str:
+    """``scheme://host:port/db`` without credentials, for messages and logs."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{netloc}{parts.path}"
+
+
+class RedisStore:
+    """:class:`~service.store.base.EpisodeStore` on one Redis server (``redis://`` or ``rediss://`` URL).
+
+    :param url: ``redis://[[user]:password@]host:port/db`` or ``rediss://...`` (TLS).
+    :param prefix: key prefix; keys are ``{prefix}:{{campaign}}``, updates go to ``{prefix}:updates``.
+    :param state_ttl_s: every write sets the campaign's key to expire this many seconds later.
+    :param pool_size: most connections open at once; further commands wait up to ``pool_timeout_s`` for one.
+    :param pool_timeout_s: how long a command may wait for a free connection.
+    :param timeout_s: socket read timeout for every command (connect: ``max(timeout_s, 1 s)``); every call also
+        gives up after ``pool_timeout_s + 3 * timeout_s`` in all.
+
+    Construction opens no connection: a server that is down at start makes ``ping()`` answer ``False`` and the
+    other methods raise ``StoreUnavailable`` until it is back.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "rcb",
+        state_ttl_s: int = DEFAULT_STATE_TTL_S,
+        pool_size: int = 32,
+        pool_timeout_s: float = 0.5,
+        timeout_s: float = 0.25,
+    ) -> None:
+        if not prefix or any(ch in prefix for ch in "{}"):
+            raise ValueError(f"prefix must be non-empty and free of '{{' and '}}' (hash tags), got {prefix!r}")
+        if state_ttl_s <= 0:
+            raise ValueError(f"state_ttl_s must be > 0, got {state_ttl_s!r}")
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
+        if timeout_s <= 0 or pool_timeout_s < 0:
+            raise ValueError(
+                f"timeouts must be positive, got timeout_s={timeout_s!r}, pool_timeout_s={pool_timeout_s!r}"
+            )
+        self.url = url
+        self.prefix = prefix
+        self.channel = f"{prefix}:updates"
+        self.state_ttl_ms = int(state_ttl_s * 1000)
+        self.pool_size = pool_size
+        self.pool_timeout_s = pool_timeout_s
+        self.timeout_s = timeout_s
+        # A burst of new connections on a busy event loop can take longer than one command's budget to connect; a
+        # stalled (SIGSTOPped) server still accepts TCP connections, so the read timeout catches it anyway.
+        self.connect_timeout_s = max(timeout_s, 1.0)
+        self.deadline_s = pool_timeout_s + 3 * timeout_s
+        self.where = describe_url(url)
+        # Bounds the commands in flight where the client cannot (RedisClusterStore); None: the pool does it.
+        self._limiter: asyncio.Semaphore | None = None
+        self._client = self._make_client()
+        self._register = self._client.register_script(lua_source("register.lua"))
+        self._compare_and_set = self._client.register_script(lua_source("compare_and_set.lua"))
+        self._subscribers: list[UpdateCallback] = []
+        self._listener: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+        self._closed = False
+
+    # -- construction hooks (RedisClusterStore overrides these) ------------------------------------------------
+
+    def _make_client(self) -> Any:
+        pool = BlockingConnectionPool.from_url(
+            self.url,
+            max_connections=self.pool_size,
+            timeout=self.pool_timeout_s,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.connect_timeout_s,
+            retry=_connection_retry(),
+            decode_responses=False,
+        )
+        return Redis.from_pool(pool)
+
+    def _make_pubsub_client(self, attempt: int) -> Redis:
+        """A client of its own for the update listener (``attempt`` counts reconnects, for rotating nodes)."""
+        pool = ConnectionPool.from_url(
+            self.url,
+            max_connections=2,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.connect_timeout_s,
+            health_check_interval=5,
+            decode_responses=False,
+        )
+        return Redis.from_pool(pool)
+
+    async def _ensure_ready(self) -> None:
+        """Called before every command, inside its deadline. A single-server client needs nothing."""
+
+    # -- plumbing -----------------------------------------------------------------------------------------------
+
+    def key(self, campaign: str) -> str:
+        return f"{self.prefix}:{{{check_campaign(campaign)}}}"
+
+    async def _call(self, what: str, command: Callable[[], Awaitable[T]]) -> T:
+        """Run ``command`` under the deadline; turn every redis/socket failure into StoreUnavailable."""
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                await self._ensure_ready()
+                if self._limiter is None:
+                    return await command()
+                async with self._limiter:
+                    return await command()
+        except TimeoutError as e:  # the overall deadline (asyncio.timeout raises the builtin TimeoutError)
+            raise StoreUnavailable(f"{self.where}: no answer to {what} within {self.deadline_s:.2f}s") from e
+        except _REDIS_FAILURES as e:
+            raise StoreUnavailable(f"{self.where}: {what} failed: {type(e).__name__}: {e}") from e
+
+    # -- EpisodeStore -------------------------------------------------------------------------------------------
+
+    async def get(self, campaign: str) -> Stored | None:
+        key = self.key(campaign)
+        return _decode(await self._call("get", lambda: self._client.hmget(key, *_FIELDS)))
+
+    async def get_many(self, campaigns: Sequence[str]) -> list[Stored | None]:
+        keys = [self.key(c) for c in campaigns]
+        if not keys:
+            return []
+
+        async def fetch() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hmget(key, *_FIELDS)
+                return await pipe.execute()
+
+        return [_decode(fields) for fields in await self._call("get_many", fetch)]
+
+    async def register(self, campaign: str, episode: str, blob: bytes) -> tuple[Stored, bool]:
+        key = self.key(campaign)
+        check_write(episode, blob)
+        args = [episode, bytes(blob), self.state_ttl_ms, self.channel, campaign]
+        reply = await self._call("register", lambda: self._register(keys=[key], args=args))
+        if int(reply[0]) == 1:
+            return Stored(episode, 0, bytes(blob)), True
+        stored = _decode(reply[1:])
+        assert stored is not None
+        return stored, False
+
+    async def compare_and_set(self, campaign: str, episode: str, expected_slot: int, blob: bytes) -> Stored | None:
+        key = self.key(campaign)
+        check_write(episode, blob, expected_slot)
+        args = [episode, expected_slot, bytes(blob), self.state_ttl_ms, self.channel, campaign]
+        reply = await self._call("compare_and_set", lambda: self._compare_and_set(keys=[key], args=args))
+        status = int(reply[0])
+        if status == 1:
+            return None
+        if status == -1:
+            raise UnknownCampaign(campaign)
+        return _decode(reply[1:])
+
+    async def delete(self, campaign: str) -> None:
+        key = self.key(campaign)
+        if await self._call("delete", lambda: self._client.delete(key)):
+            await self._call("delete", lambda: self._client.publish(self.channel, campaign))
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._call("ping", self._client.ping))
+        except StoreError:
+            return False
+
+    async def subscribe(self, on_update: UpdateCallback) -> None:
+        """Deliver every write's campaign id to ``on_update`` from a background task.
+
+        Returns once the channel is subscribed, or after ``max(1 s, 4 * timeout_s)`` if Redis is down (the task
+        keeps reconnecting with backoff; updates published while it was disconnected are not delivered).
+        """
+        if self._closed:
+            raise StoreError("store is closed")
+        self._subscribers.append(on_update)
+        if self._listener is None:
+            self._listener = asyncio.create_task(self._listen(), name=f"rcb-store-updates:{self.channel}")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(1.0, 4 * self.timeout_s)):
+                await self._subscribed.wait()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        self._subscribers.clear()
+        await self._client.aclose()
+
+    # -- the update listener ------------------------------------------------------------------------------------
+
+    def _dispatch(self, campaign: str) -> None:
+        for callback in list(self._subscribers):
+            try:
+                callback(campaign)
+            except Exception:
+                log.exception("store update callback failed for campaign %r", campaign)
+
+    async def _listen(self) -> None:
+        backoff, max_backoff = _RESUBSCRIBE_BACKOFF_S
+        wait = backoff
+        attempt = 0
+        while not self._closed:
+            client = self._make_pubsub_client(attempt)
+            pubsub = client.pubsub()
+            try:
+                await pubsub.subscribe(self.channel)
+                while True:  # the confirmation, so that subscribe() returns only once writes will be seen
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is not None and message["type"] == "subscribe":
+                        break
+                self._subscribed.set()
+                if attempt:
+                    log.info("store updates: resubscribed to %s on %s", self.channel, self.where)
+                wait = backoff
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+                    if message is not None and message["type"] == "message":
+                        self._dispatch(message["data"].decode("utf-8"))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # never let the task die: log, back off, reconnect
+                log.warning(
+                    "store updates: lost %s on %s (%s: %s); reconnecting in %.2fs",
+                    self.channel,
+                    self.where,
+                    type(e).__name__,
+                    e,
+                    wait,
+                )
+            finally:
+                self._subscribed.clear()
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                with contextlib.suppress(Exception):
+                    await client.aclose()
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, max_backoff)
+            attempt += 1

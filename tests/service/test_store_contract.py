@@ -1,0 +1,362 @@
+"""The EpisodeStore contract: one body per behaviour, run on the memory, Redis and Redis Cluster stores.
+
+Then fault injection on real servers (paused, killed and restarted), and open_store's URL handling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from service.store import (
+    EpisodeStore,
+    MemoryStore,
+    RedisClusterStore,
+    RedisStore,
+    Stored,
+    StoreError,
+    StoreUnavailable,
+    UnknownCampaign,
+    open_store,
+)
+
+from .redis_servers import RedisClusterProcs, RedisServer, delete_prefix, free_port, raw_client
+
+pytestmark = pytest.mark.anyio
+
+DAY = "2024-05-01"
+NEXT_DAY = "2024-05-02"
+
+
+async def second_instance(store: EpisodeStore, url: str) -> EpisodeStore:
+    """Another client on the same data (the same instance for the memory store, which lives in one process)."""
+    if isinstance(store, MemoryStore):
+        return store
+    assert isinstance(store, RedisStore)
+    return await open_store(url, prefix=store.prefix)
+
+
+async def wait_for(predicate, timeout_s: float = 1.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.01)
+    return predicate()
+
+
+# -- the contract, on every store ------------------------------------------------------------------------------
+
+
+async def test_ping(store: EpisodeStore) -> None:
+    assert await store.ping() is True
+
+
+async def test_register_then_get(store: EpisodeStore) -> None:
+    assert await store.get("c1") is None
+    stored, created = await store.register("c1", DAY, b"\x00blob\xff")
+    assert created is True
+    assert stored == Stored(DAY, 0, b"\x00blob\xff")
+    assert await store.get("c1") == stored
+    assert await store.get("c2") is None
+
+
+async def test_register_same_episode_is_a_noop(store: EpisodeStore) -> None:
+    await store.register("c1", DAY, b"s0")
+    assert await store.compare_and_set("c1", DAY, 0, b"s1") is None
+    assert await store.compare_and_set("c1", DAY, 1, b"s2") is None
+    stored, created = await store.register("c1", DAY, b"another initial blob")
+    assert created is False
+    assert stored == Stored(DAY, 2, b"s2")
+    assert await store.get("c1") == Stored(DAY, 2, b"s2")
+
+
+async def test_register_new_episode_resets_to_slot_0(store: EpisodeStore) -> None:
+    await store.register("c1", DAY, b"s0")
+    assert await store.compare_and_set("c1", DAY, 0, b"s1") is None
+    stored, created = await store.register("c1", NEXT_DAY, b"fresh")
+    assert created is True
+    assert stored == Stored(NEXT_DAY, 0, b"fresh")
+    assert await store.get("c1") == stored
+    # the old episode's updates are now rejected
+    assert await store.compare_and_set("c1", DAY, 1, b"late") == stored
+
+
+async def test_compare_and_set_in_order(store: EpisodeStore) -> None:
+    await store.register("c1", DAY, b"s0")
+    for slot in range(3):
+        assert await store.compare_and_set("c1", DAY, slot, f"s{slot + 1}".encode()) is None
+        assert await store.get("c1") == Stored(DAY, slot + 1, f"s{slot + 1}".encode())
+
+
+async def test_stale_or_skipped_slot_writes_nothing(store: EpisodeStore) -> None:
+    await store.register("c1", DAY, b"s0")
+    assert await store.compare_and_set("c1", DAY, 0, b"s1") is None
+    assert await store.compare_and_set("c1", DAY, 1, b"s2") is None
+    current = Stored(DAY, 2, b"s2")
+    assert await store.compare_and_set("c1", DAY, 1, b"retried s2, other payload") == current  # stale
+    assert await store.compare_and_set("c1", DAY, 0, b"very stale") == current
+    assert await store.compare_and_set("c1", DAY, 3, b"skipped slot 2") == current  # from the future
+    assert await store.get("c1") == current
+
+
+async def test_wrong_episode_rejected(store: EpisodeStore) -> None:
+    stored, _ = await store.register("c1", DAY, b"s0")
+    assert await store.compare_and_set("c1", NEXT_DAY, 0, b"other day") == stored
+    assert await store.get("c1") == stored
+
+
+async def test_compare_and_set_on_unknown_campaign(store: EpisodeStore) -> None:
+    with pytest.raises(UnknownCampaign) as caught:
+        await store.compare_and_set("nobody", DAY, 0, b"x")
+    assert isinstance(caught.value, KeyError) and isinstance(caught.value, StoreError)
+    assert caught.value.campaign == "nobody"
+    assert await store.get("nobody") is None
+
+
+async def test_delete(store: EpisodeStore) -> None:
+    await store.register("c1", DAY, b"s0")
+    await store.delete("c1")
+    assert await store.get("c1") is None
+    await store.delete("c1")  # deleting a missing campaign is fine
+    with pytest.raises(UnknownCampaign):
+        await store.compare_and_set("c1", DAY, 0, b"s1")
+
+
+async def test_get_many_with_missing_keys(store: EpisodeStore, store_url: str) -> None:
+    campaigns = [f"campaign-{i}" for i in range(50)]
+    for i, campaign in enumerate(campaigns):
+        if i % 3:
+            await store.register(campaign, DAY, f"blob-{i}".encode())
+    await store.compare_and_set(campaigns[1], DAY, 0, b"advanced")
+    got = await store.get_many(["missing-first", *campaigns, "missing-last"])
+    assert got[0] is None and got[-1] is None
+    expected = [None if i % 3 == 0 else Stored(DAY, 0, f"blob-{i}".encode()) for i, _ in enumerate(campaigns)]
+    expected[1] = Stored(DAY, 1, b"advanced")
+    assert got[1:-1] == expected
+    assert await store.get_many([]) == []
+    if isinstance(store, RedisClusterStore):  # the keys really are spread over the nodes
+        client = raw_client(store_url)
+        try:
+            await client.initialize()
+            nodes = {client.get_node_from_key(store.key(c)).name for c in campaigns}
+        finally:
+            await client.aclose()
+        assert len(nodes) == 3
+
+
+async def test_concurrent_compare_and_set_applies_once(store: EpisodeStore, store_url: str) -> None:
+    await store.register("hot", DAY, b"s0")
+    other = await second_instance(store, store_url)
+    try:
+        blobs = [f"candidate-{i}".encode() for i in range(50)]
+        results = await asyncio.gather(
+            *((store if i % 2 else other).compare_and_set("hot", DAY, 0, blob) for i, blob in enumerate(blobs))
+        )
+    finally:
+        if other is not store:
+            await other.aclose()
+    winners = [blob for blob, result in zip(blobs, results, strict=True) if result is None]
+    assert len(winners) == 1
+    winner = Stored(DAY, 1, winners[0])
+    assert all(result == winner for result in results if result is not None)
+    assert await store.get("hot") == winner
+
+
+async def test_subscribe_sees_writes_of_another_instance(store: EpisodeStore, store_url: str) -> None:
+    seen: list[str] = []
+    await store.subscribe(seen.append)
+    writer = await second_instance(store, store_url)
+    try:
+        await writer.register("c1", DAY, b"s0")
+        assert await wait_for(lambda: "c1" in seen, 1.0), seen
+        await writer.compare_and_set("c1", DAY, 0, b"s1")
+        assert await wait_for(lambda: seen.count("c1") >= 2, 1.0), seen
+        await writer.register("c1", DAY, b"s0")  # a re-confirm writes nothing: no update
+        await writer.compare_and_set("c1", DAY, 0, b"stale")  # rejected: no update
+        await writer.register("c2", DAY, b"s0")
+        assert await wait_for(lambda: "c2" in seen, 1.0), seen
+        assert seen == ["c1", "c1", "c2"]
+    finally:
+        if writer is not store:
+            await writer.aclose()
+
+
+@pytest.mark.parametrize(
+    "store_url",
+    [pytest.param("redis", marks=pytest.mark.redis), pytest.param("cluster", marks=pytest.mark.cluster)],
+    indirect=True,
+)
+async def test_writes_refresh_the_ttl(store_url: str) -> None:
+    store = await open_store(store_url, prefix="ttl-test", state_ttl_s=3600)
+    assert isinstance(store, RedisStore)
+    client = raw_client(store_url)
+    try:
+        await store.register("c1", DAY, b"s0")
+        key = store.key("c1")
+        assert 3590_000 < await client.pttl(key) <= 3600_000
+        await client.pexpire(key, 10_000)
+        await store.register("c1", DAY, b"s0")  # re-confirm: writes nothing, TTL untouched
+        assert await client.pttl(key) <= 10_000
+        assert await store.compare_and_set("c1", DAY, 0, b"s1") is None
+        assert await client.pttl(key) > 3590_000
+        assert await client.type(key) in (b"hash", "hash")
+    finally:
+        await client.aclose()
+        await store.aclose()
+        await delete_prefix(store_url, "ttl-test")
+
+
+# -- faults on a real server --------------------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+async def test_paused_server_fails_fast_then_applies_once(redis_server: RedisServer) -> None:
+    store = await open_store(redis_server.url, prefix="paused", timeout_s=0.25)
+    try:
+        await store.register("c1", DAY, b"s0")
+        redis_server.pause()
+        try:
+            for call in (
+                lambda: store.get("c1"),
+                lambda: store.compare_and_set("c1", DAY, 0, b"s1"),
+                lambda: store.get_many(["c1", "c2"]),
+            ):
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailable):
+                    await call()
+                assert time.monotonic() - started < 1.0
+            started = time.monotonic()
+            assert await store.ping() is False
+            assert time.monotonic() - started < 1.0
+        finally:
+            redis_server.resume()
+        # The timed-out CAS may have reached the server's socket buffer and run on resume; either way, the retry
+        # leaves slot 1 applied exactly once with this blob.
+        result = await store.compare_and_set("c1", DAY, 0, b"s1")
+        assert result is None or result == Stored(DAY, 1, b"s1")
+        assert await store.compare_and_set("c1", DAY, 0, b"s1") == Stored(DAY, 1, b"s1")
+        assert await store.get("c1") == Stored(DAY, 1, b"s1")
+        assert await store.ping() is True
+    finally:
+        await store.aclose()
+        await delete_prefix(redis_server.url, "paused")
+
+
+@pytest.mark.redis
+async def test_killed_and_restarted_server(redis_server: RedisServer) -> None:
+    store = await open_store(redis_server.url, prefix="restart")
+    writer = await open_store(redis_server.url, prefix="restart")
+    seen: list[str] = []
+    try:
+        await store.subscribe(seen.append)
+        await store.register("c1", DAY, b"s0")
+        redis_server.kill()
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            await store.get("c1")
+        with pytest.raises(StoreUnavailable):
+            await store.register("c1", DAY, b"s0")
+        assert await store.ping() is False
+        assert time.monotonic() - started < 1.0
+        redis_server.restart()
+        assert await store.ping() is True
+        assert await store.get("c1") is None  # persistence is off: the state is gone
+        stored, created = await store.register("c1", DAY, b"s0")
+        assert created and stored == Stored(DAY, 0, b"s0")
+        assert await store.compare_and_set("c1", DAY, 0, b"s1") is None
+        # the update listener reconnected on its own (backoff) and sees other clients' writes again
+        deadline = time.monotonic() + 5.0
+        while "c9" not in seen and time.monotonic() < deadline:
+            await writer.delete("c9")
+            await writer.register("c9", DAY, b"s0")
+            await asyncio.sleep(0.05)
+        assert "c9" in seen
+    finally:
+        await writer.aclose()
+        await store.aclose()
+        await delete_prefix(redis_server.url, "restart")
+
+
+@pytest.mark.cluster
+async def test_cluster_paused_node_fails_fast(redis_cluster: RedisClusterProcs) -> None:
+    store = await open_store(redis_cluster.url, prefix="paused", timeout_s=0.25)
+    client = raw_client(redis_cluster.url)
+    try:
+        await store.register("c1", DAY, b"s0")
+        await client.initialize()
+        port = client.get_node_from_key(store.key("c1")).port
+        node = next(s for s in redis_cluster.servers if s.port == port)
+        node.pause()  # well under cluster-node-timeout (2 s): the cluster does not fail the node over
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                await store.compare_and_set("c1", DAY, 0, b"s1")
+            assert time.monotonic() - started < 1.5
+        finally:
+            node.resume()
+        redis_cluster.wait_ok()
+        result = await store.compare_and_set("c1", DAY, 0, b"s1")
+        assert result is None or result == Stored(DAY, 1, b"s1")
+        assert await store.get("c1") == Stored(DAY, 1, b"s1")
+    finally:
+        await client.aclose()
+        await store.aclose()
+        await delete_prefix(redis_cluster.url, "paused")
+
+
+# -- open_store ---------------------------------------------------------------------------------------------------
+
+
+async def test_open_store_picks_the_backend() -> None:
+    assert isinstance(await open_store(), MemoryStore)
+    assert isinstance(await open_store("memory"), MemoryStore)
+    port = free_port()  # nothing listens there: opening still works, degraded
+    for url, cls in (
+        (f"redis://127.0.0.1:{port}/0", RedisStore),
+        (f"rediss://127.0.0.1:{port}", RedisStore),
+        (f"redis+cluster://127.0.0.1:{port},127.0.0.1:{port + 1}", RedisClusterStore),
+    ):
+        opened = await open_store(url, timeout_s=0.1)
+        try:
+            assert type(opened) is cls
+            if url.startswith("redis:") or "cluster" in url:
+                assert await opened.ping() is False
+                with pytest.raises(StoreUnavailable):
+                    await opened.get("c1")
+        finally:
+            await opened.aclose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "mysql://localhost",
+        "redis://",
+        "redis://localhost:notaport/0",
+        "redis://localhost:6379/zero",
+        "redis+cluster://",
+        "redis+cluster://localhost",
+        "redis+cluster://localhost:6379,localhost:x",
+        "redis+cluster://localhost:6379/0",
+        "unix:///tmp/redis.sock",
+    ],
+)
+async def test_open_store_rejects_bad_urls(url: str) -> None:
+    with pytest.raises(ValueError, match="URL"):
+        await open_store(url)
+
+
+async def test_bad_arguments_are_refused_before_any_io() -> None:
+    store = await open_store("memory")
+    with pytest.raises(ValueError):
+        await store.register("", DAY, b"x")
+    with pytest.raises(ValueError):
+        await store.compare_and_set("c1", DAY, -1, b"x")
+    with pytest.raises(TypeError):
+        await store.register("c1", DAY, "not bytes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        await open_store("redis://127.0.0.1:1/0", prefix="has{brace}")
