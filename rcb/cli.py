@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import typer
 
-from rcb.commands import curves, evaluate, export, market, oracle, simulate, train
+from rcb.commands import curves, evaluate, export, market, oracle, replay, serve, simulate, train
 from rcb.commands.common import DOCS_EPILOG
 
 app = typer.Typer(
     name="rcb",
     help="ROI-constrained bidding (CBRL, KDD'22): market logs, simulator, hindsight oracle, baselines, training,"
-    " evaluation and ONNX export.",
+    " evaluation, ONNX export and the bidding service.",
     epilog=DOCS_EPILOG + " Exit codes: 0 ok, 2 bad input.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -27,6 +27,8 @@ app.command("evaluate", epilog="Metrics and tables: docs/metrics.md. " + DOCS_EP
 app.command("train", epilog=DOCS_EPILOG)(train.train_command)
 app.command("export", epilog=DOCS_EPILOG)(export.export_command)
 app.command("curves", epilog=DOCS_EPILOG)(curves.curves_command)
+app.command("serve", epilog="HTTP API: docs/http-api.md. " + DOCS_EPILOG)(serve.serve_command)
+app.command("replay", epilog="HTTP API: docs/http-api.md. " + DOCS_EPILOG)(replay.replay_command)
 
 
 if __name__ == "__main__":

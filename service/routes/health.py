@@ -31,6 +31,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
         "algorithm": None if artifact is None else artifact.card.algorithm,
         "setting": None if artifact is None else str(artifact.card.setting),
         "model_error": runner.load_error,
+        "noise_seed": settings.noise_seed,
     }
     if not (store_up and artifact is not None):
         raise ApiError(503, "not_ready", detail)

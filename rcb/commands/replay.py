@@ -1,0 +1,85 @@
+"""`rcb replay`: play logged days through a running service as the ad engine would; write rcb evaluate's outputs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from model.contract import Setting
+from rcb.commands.common import check_output_dir, console, fail, print_json, progress, stdout_console, user_errors
+
+
+def replay_command(
+    data: Annotated[Path, typer.Option("--data", help="Market directory (rcb market generate / import).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for episodes.csv, summary.json, slots.csv, plots.")],
+    url: Annotated[str, typer.Option("--url", help="The service's base URL.")] = "http://127.0.0.1:8000",
+    setting: Annotated[Setting, typer.Option("--setting", help="Constraints: sc or mc.")] = Setting.MC,
+    split: Annotated[str, typer.Option("--split", help="test or ood.")] = "test",
+    days: Annotated[
+        str | None, typer.Option("--days", help="Comma-separated day ids of the split (default: all of them).")
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=256, help="Episodes in flight.")] = 4,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Utilities per /v1/bid call.")] = 5000,
+    episode_id: Annotated[
+        str,
+        typer.Option(
+            "--episode-id", help="Episode id registered for every campaign; 'offline' reproduces rcb evaluate's noise."
+        ),
+    ] = "offline",
+    token: Annotated[str | None, typer.Option("--token", envvar="RCB_API_TOKEN", help="Bearer token.")] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout.")] = False,
+) -> None:
+    """Register a campaign per day, bid each slot's impressions, report each slot: the service's own numbers."""
+    from training.dayset import DaySet
+    from training.evaluate import write_outputs
+    from training.market.dataset import Market
+    from training.replay import ReplayError, replay_days, replay_evaluation, slot_table
+
+    with user_errors():
+        check_output_dir(out)
+        if split not in ("test", "ood"):
+            raise ValueError(f"--split must be test or ood, not {split!r}")
+        market = Market.open(data)
+        with progress(quiet=json) as bar:
+            loading = bar.add_task(f"loading {split}/{setting.value}", total=None)
+            dayset = DaySet.load(market, split, setting)
+            if days:
+                try:
+                    wanted = [int(d) for d in days.split(",")]
+                except ValueError:
+                    raise ValueError(f"--days must be day ids separated by commas, not {days!r}") from None
+                missing = sorted(set(wanted) - set(dayset.days))
+                if missing:
+                    raise ValueError(f"days {missing} are not in the {split} split")
+                import numpy as np
+
+                dayset = dayset.subset(np.array([dayset.days.index(d) for d in wanted]))
+            bar.remove_task(loading)
+            task = bar.add_task(f"replaying {len(dayset)} episodes through {url}", total=len(dayset))
+            try:
+                traces, ready = asyncio.run(
+                    replay_days(
+                        url,
+                        dayset,
+                        concurrency=concurrency,
+                        batch_size=batch_size,
+                        episode=episode_id,
+                        token=token,
+                        on_episode=lambda _t: bar.advance(task),
+                    )
+                )
+            except ReplayError as exc:
+                raise fail(str(exc)) from None
+        evaluation = replay_evaluation(dayset, traces, ready, url)
+        write_outputs(evaluation, out)
+        slot_table(traces).to_csv(out / "slots.csv", index=False)
+    if json:
+        print_json(evaluation.summary)
+        return
+    from training.evaluation_report import markdown_table
+
+    stdout_console().print(markdown_table(evaluation.summary, evaluation.meta), markup=False, highlight=False)
+    console.print(f"model {ready.get('model_version')} ({ready.get('store')} store); outputs in {out}", highlight=False)

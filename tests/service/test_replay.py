@@ -1,0 +1,105 @@
+"""`rcb replay` against a real `rcb serve` process: the service's episodes equal rcb evaluate onnx:MODEL_DIR's."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from artifact_fixtures import SETTING
+from typer.testing import CliRunner
+
+from loadtest.run_server import free_port, start_process
+from rcb.cli import app
+from training.bidders.base import play
+from training.bidders.onnx import OnnxBidder
+from training.dayset import DaySet
+from training.market.dataset import Market
+
+from .app_fixtures import models  # noqa: F401 - fixture
+
+SEED = 4
+
+
+def serve(model: Path, store: str, **env: str):
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "rcb.cli",
+        "serve",
+        "--model",
+        str(model),
+        "--store",
+        store,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    environment = {"RCB_NOISE_SEED": str(SEED), "RCB_KEY_PREFIX": f"replay{uuid.uuid4().hex[:8]}", **env}
+    return start_process(cmd, port, cpu=None, ready_path="/readyz", env=environment, ready_timeout=60)
+
+
+@pytest.mark.parametrize("store", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def test_replaying_through_the_service_gives_the_offline_episodes(models, store, request, tmp_path):
+    url = "memory" if store == "memory" else request.getfixturevalue("redis_server").url
+    days = DaySet.load(Market.open(models.market), "test", SETTING)
+    offline = play(OnnxBidder.load(models.cbrl_model), days.indexes(), days.episode_days(), days.registration(), SEED)
+    with serve(models.cbrl_model, url) as server:
+        out = tmp_path / "replay"
+        result = CliRunner().invoke(
+            app,
+            [
+                "replay",
+                "--url",
+                server.url,
+                "--data",
+                str(models.market),
+                "--setting",
+                SETTING,
+                "--split",
+                "test",
+                "--out",
+                str(out),
+                "--concurrency",
+                "3",
+                "--batch-size",
+                "700",
+                "--json",
+            ],
+        )
+        assert result.exit_code == 0, result.output + server.log_tail()
+    episodes = pd.read_csv(out / "episodes.csv")
+    assert list(episodes["day"]) == days.days and (episodes["seed"] == SEED).all()
+    np.testing.assert_allclose(episodes["delivery"], offline.delivery, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(episodes["cost"], offline.cost, rtol=1e-9, atol=1e-9)
+    assert (episodes["fallback_slots"] == 0).all()
+    slots = pd.read_csv(out / "slots.csv")
+    ratios = slots.pivot(index="day", columns="slot", values="ratio").loc[days.days].to_numpy()
+    np.testing.assert_allclose(ratios, offline.history.ratios, atol=1e-6)
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"service"} and summary["service"]["n_episodes"] == len(days)
+    assert (out / "boxplots.png").exists()
+
+
+def test_replay_refuses_a_service_that_is_down_or_not_ready(models, tmp_path):
+    result = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            "--url",
+            f"http://127.0.0.1:{free_port()}",
+            "--data",
+            str(models.market),
+            "--setting",
+            SETTING,
+            "--out",
+            str(tmp_path / "x"),
+        ],
+    )
+    assert result.exit_code == 2 and "does not answer" in result.output
