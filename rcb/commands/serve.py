@@ -1,0 +1,97 @@
+"""`rcb serve`: the bidding service (FastAPI on uvicorn) over a model artifact and a state store.
+
+Flags override the ``RCB_*`` environment (``service/config.py``). The in-process store (``--store
+memory``, the default) serves one process only; ``--workers N`` needs Redis or a Redis Cluster, where
+the state of record lives and every worker shares it. HTTP API: docs/http-api.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rcb.commands.common import console, fail
+
+
+def serve_command(
+    model: Annotated[
+        Path | None, typer.Option("--model", help="Model directory (rcb export's output). Default: models/default.")
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="memory, redis://HOST:PORT/DB or redis+cluster://H1:P1,H2:P2. Default: $RCB_STORE, else memory.",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 8000,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Worker processes (Redis stores only).")] = 1,
+    token: Annotated[
+        str | None, typer.Option("--token", envvar="RCB_API_TOKEN", help="Bearer token required on write endpoints.")
+    ] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve the model: register campaigns, take slot updates, score bids (docs/http-api.md)."""
+    from pydantic import ValidationError
+
+    from model.artifact import ArtifactError, read_card
+    from service.config import Settings
+
+    overrides: dict[str, object] = {"log_level": log_level.upper()}
+    if model is not None:
+        overrides["model_dir"] = model
+    if store is not None:
+        overrides["store"] = store
+    if token is not None:
+        overrides["api_token"] = token
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise fail(f"bad settings: {problems}") from None
+    if workers > 1 and settings.store_kind == "memory":
+        raise fail(
+            "--workers > 1 needs a shared store (--store redis://... or redis+cluster://...): the memory store "
+            "lives in one process"
+        )
+    try:
+        read_card(settings.model_dir)
+    except ArtifactError as exc:
+        console.print(
+            f"[yellow]warning:[/] {exc}\n  the fallback controller decides and /readyz answers 503 until a "
+            "model loads (POST /v1/admin/reload-model or SIGHUP)",
+            highlight=False,
+        )
+    # Workers are separate processes: hand them the settings through the environment, then build the app there.
+    env = {
+        "RCB_MODEL_DIR": str(settings.model_dir),
+        "RCB_STORE": settings.store,
+        "RCB_LOG_LEVEL": settings.log_level,
+    }
+    if settings.api_token is not None:
+        env["RCB_API_TOKEN"] = settings.api_token.get_secret_value()
+    os.environ.update(env)
+    os.environ.pop("RCB_REDIS_URL", None)
+    import uvicorn
+
+    console.print(
+        f"serving {settings.model_dir} with the {settings.store_kind} store on http://{host}:{port} "
+        f"({workers} worker{'s' if workers > 1 else ''}); docs at /docs",
+        highlight=False,
+    )
+    uvicorn.run(
+        "service.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level=log_level.lower(),
+        timeout_graceful_shutdown=10,
+    )

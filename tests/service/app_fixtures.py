@@ -1,0 +1,79 @@
+"""Service apps for the route tests: the tiny exported models of ``artifact_fixtures`` behind a TestClient.
+
+Import the fixtures into a test module (``from .app_fixtures import client, models``) or call the
+factories directly. ``TestClient`` as a context manager runs the lifespan (model load, store open).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from artifact_fixtures import Exported, exported_runs
+from fastapi.testclient import TestClient
+
+from service.config import Settings
+from service.main import create_app
+
+TOKEN = "s3cret-token-for-tests"
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    """The session's tiny CBRL and hard models (trained and exported once, shared with test_export)."""
+    return exported_runs(tmp_path_factory)
+
+
+def settings_for(model_dir: Path, store: str = "memory", **overrides: Any) -> Settings:
+    return Settings(model_dir=model_dir, store=store, log_level="WARNING", **overrides)
+
+
+@contextmanager
+def serving(model_dir: Path, store: str = "memory", **overrides: Any) -> Iterator[TestClient]:
+    with TestClient(create_app(settings_for(model_dir, store, **overrides)), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def client(models: Exported) -> Iterator[TestClient]:
+    """The CBRL model with the memory store."""
+    with serving(models.cbrl_model) as c:
+        yield c
+
+
+def register(
+    client: TestClient,
+    campaign: str = "c1",
+    episode: str = "e1",
+    roi_target: float = 1.0,
+    budget: float | None = None,
+    **headers: str,
+) -> Any:
+    return client.put(
+        f"/v1/campaigns/{campaign}",
+        json={"episode": episode, "roi_target": roi_target, "budget": budget},
+        headers=headers,
+    )
+
+
+def update(
+    campaign: str = "c1",
+    episode: str = "e1",
+    slot: int = 0,
+    delivery: float = 3.0,
+    cost: float = 2.0,
+    wins: int = 4,
+    auctions: int = 100,
+) -> dict[str, Any]:
+    return {
+        "campaign_id": campaign,
+        "episode": episode,
+        "slot": slot,
+        "delivery": delivery,
+        "cost": cost,
+        "wins": wins,
+        "auctions": auctions,
+    }

@@ -1,0 +1,100 @@
+"""POST /v1/bid: JSON, float32 binary and columnar forms; budget stop; bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .app_fixtures import client, models, register, serving, update  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("models")
+
+BINARY = {"content-type": "application/octet-stream"}
+
+
+def test_json_bids_are_ratio_times_utility(client):
+    ratio = register(client).json()["bid_ratio"]
+    r = client.post("/v1/bid", json={"campaign_id": "c1", "utilities": [0.0, 1.0, 2.5, 1e6]})
+    assert r.status_code == 200
+    body = r.json()
+    np.testing.assert_allclose(body["bids"], np.array([0.0, 1.0, 2.5, 1e6]) * ratio, rtol=1e-15)
+    assert body["bid_ratio"] == ratio and body["slot"] == 0 and body["stale"] is False
+
+
+def test_bids_follow_the_latest_slot_update(client):
+    register(client)
+    new_ratio = client.post("/v1/slot-update", json=update()).json()["bid_ratio"]
+    body = client.post("/v1/bid", json={"campaign_id": "c1", "utilities": [2.0]}).json()
+    assert body["bid_ratio"] == new_ratio and body["slot"] == 1 and body["bids"] == [2.0 * new_ratio]
+
+
+def test_binary_float32_in_and_out(client):
+    ratio = register(client).json()["bid_ratio"]
+    utilities = np.linspace(0, 5, 1000, dtype="<f4")
+    r = client.post("/v1/bid?campaign_id=c1", content=utilities.tobytes(), headers=BINARY)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/octet-stream"
+    bids = np.frombuffer(r.content, dtype="<f4")
+    np.testing.assert_array_equal(bids, utilities * np.float32(ratio))
+    assert float(r.headers["x-bid-ratio"]) == ratio and r.headers["x-slot"] == "0"
+
+
+def test_columnar_multi_campaign(client):
+    ra = register(client, campaign="a").json()["bid_ratio"]
+    rb = register(client, campaign="b").json()["bid_ratio"]
+    r = client.post("/v1/bid", json={"campaign_ids": ["a", "b", "a"], "counts": [2, 1, 1], "utilities": [1, 2, 3, 4]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    np.testing.assert_allclose(body["bids"], [ra, 2 * ra, 3 * rb, 4 * ra])
+    assert body["bid_ratios"] == [ra, rb, ra] and body["slots"] == [0, 0, 0]
+
+
+def test_a_campaign_out_of_budget_bids_zero(client):
+    register(client, budget=5.0)
+    client.post("/v1/slot-update", json=update(cost=5.0, wins=10))
+    body = client.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0, 2.0]}).json()
+    assert body["bids"] == [0.0, 0.0] and body["bid_ratio"] == 0.0
+    assert client.get("/v1/campaigns/c1").json()["budget_exhausted"] is True
+
+
+@pytest.mark.parametrize(
+    "body, status, error",
+    [
+        ({"campaign_id": "c1", "utilities": []}, 422, "invalid_request"),
+        ({"campaign_id": "c1", "utilities": [1, -2]}, 422, "invalid_request"),
+        ({"campaign_id": "c1", "utilities": ["a"]}, 422, "invalid_request"),
+        ({"campaign_id": "c1", "utilities": [[1, 2]]}, 422, "invalid_request"),
+        ({"campaign_id": "c1", "utilities": [1, None]}, 422, "invalid_request"),
+        ({"campaign_id": "c1", "utilities": "1,2"}, 422, "invalid_request"),
+        ({"campaign_id": 7, "utilities": [1]}, 422, "invalid_request"),
+        ({"campaign_id": "nobody", "utilities": [1]}, 404, "unknown_campaign"),
+        ({"campaign_id": "c1", "utilities": [1], "x": 1}, 422, "invalid_request"),
+        ({"campaign_ids": ["c1"], "counts": [2], "utilities": [1]}, 422, "invalid_request"),
+        ({"campaign_ids": ["c1"], "counts": [-1], "utilities": []}, 422, "invalid_request"),
+        ([1, 2], 422, "invalid_request"),
+    ],
+)
+def test_bad_bid_bodies(client, body, status, error):
+    register(client)
+    r = client.post("/v1/bid", json=body)
+    assert r.status_code == status and r.json()["error"] == error, r.text
+
+
+def test_bad_bid_transport(client):
+    register(client)
+    assert client.post("/v1/bid", content=b"{oops", headers={"content-type": "application/json"}).status_code == 400
+    assert client.post("/v1/bid", content=b"", headers={"content-type": "application/json"}).status_code == 422
+    assert client.post("/v1/bid", content=b"x", headers={"content-type": "text/plain"}).status_code == 415
+    odd = client.post("/v1/bid?campaign_id=c1", content=b"\x00" * 6, headers=BINARY)
+    assert odd.status_code == 422
+    nan = client.post("/v1/bid?campaign_id=c1", content=np.array([1, np.nan], "<f4").tobytes(), headers=BINARY)
+    assert nan.status_code == 422
+    assert client.post("/v1/bid", content=b"\x00" * 8, headers=BINARY).status_code == 422  # no campaign_id
+
+
+def test_size_limits(models):
+    with serving(models.cbrl_model, max_utilities=10, max_body_bytes=4096) as c:
+        register(c)
+        assert c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0] * 11}).status_code == 413
+        big = c.post("/v1/bid?campaign_id=c1", content=b"\x00" * 8192, headers=BINARY)
+        assert big.status_code == 413 and big.json()["error"] == "too_large"
+        assert c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0] * 10}).status_code == 200

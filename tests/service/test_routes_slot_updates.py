@@ -1,0 +1,148 @@
+"""POST /v1/slot-update and its batch form: order, replays, conflicts, bad input, one answer per item."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from .app_fixtures import client, models, register, update  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("models")
+
+
+def test_slots_apply_in_order_and_answer_the_next_ratio(client):
+    register(client)
+    for slot in range(5):
+        r = client.post("/v1/slot-update", json=update(slot=slot))
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["slot"] == slot + 1 and body["replayed"] is False and body["decided_by"] == "model"
+        assert 0 <= body["bid_ratio"] <= 4
+        assert client.get("/v1/campaigns/c1").json()["bid_ratio"] == body["bid_ratio"]
+
+
+def test_a_resent_update_answers_the_same_and_changes_nothing(client):
+    register(client)
+    first = client.post("/v1/slot-update", json=update(slot=0)).json()
+    client.post("/v1/slot-update", json=update(slot=1))
+    again = client.post("/v1/slot-update", json=update(slot=0)).json()
+    assert again["replayed"] is True and again["bid_ratio"] == first["bid_ratio"] and again["slot"] == 1
+    assert client.get("/v1/campaigns/c1").json()["slot"] == 2
+
+
+def test_other_stats_for_an_applied_slot_and_a_skipped_slot_are_409_with_the_expected_slot(client):
+    register(client)
+    client.post("/v1/slot-update", json=update(slot=0))
+    other = client.post("/v1/slot-update", json=update(slot=0, cost=9.0))
+    assert other.status_code == 409 and other.json()["error"] == "slot_conflict"
+    assert other.json()["detail"]["expected_slot"] == 1 and other.json()["detail"]["applied"]["cost"] == 2.0
+    skipped = client.post("/v1/slot-update", json=update(slot=3))
+    assert skipped.status_code == 409 and skipped.json()["error"] == "slot_skipped"
+    assert skipped.json()["detail"]["expected_slot"] == 1
+    assert client.get("/v1/campaigns/c1").json()["cost"] == 2.0
+
+
+def test_an_unknown_campaign_is_404(client):
+    r = client.post("/v1/slot-update", json=update(campaign="ghost"))
+    assert r.status_code == 404 and r.json()["error"] == "unknown_campaign"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"delivery": -1.0},
+        {"cost": -0.5},
+        {"wins": -1},
+        {"wins": 101},  # more wins than auctions
+        {"delivery": "lots"},
+        {"wins": 1.5},
+        {"slot": 48},
+        {"slot": -1},
+        {"campaign_id": "bad id"},
+        {"extra": 1},
+    ],
+)
+def test_bad_stats_are_422_and_leave_the_state_alone(client, change):
+    register(client)
+    r = client.post("/v1/slot-update", json={**update(), **change})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "invalid_request"
+    assert client.get("/v1/campaigns/c1").json()["slot"] == 0
+
+
+@pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+def test_non_finite_numbers_are_refused(client, token):
+    register(client)
+    body = b'{"campaign_id":"c1","episode":"e1","slot":0,"delivery":%s,"cost":1,"wins":1,"auctions":2}' % token
+    r = client.post("/v1/slot-update", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert client.get("/v1/campaigns/c1").json()["slot"] == 0
+
+
+def test_concurrent_identical_updates_apply_once(client):
+    register(client)
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: client.post("/v1/slot-update", json=update(slot=0)), range(50)))
+    assert all(a.status_code == 200 for a in answers)
+    assert sum(not a.json()["replayed"] for a in answers) == 1
+    assert len({a.json()["bid_ratio"] for a in answers}) == 1
+    assert client.get("/v1/campaigns/c1").json()["slot"] == 1
+
+
+def test_concurrent_different_updates_one_wins_the_rest_409(client):
+    register(client)
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda k: client.post("/v1/slot-update", json=update(slot=0, cost=1.0 + k)), range(50)))
+    codes = sorted(a.status_code for a in answers)
+    assert codes.count(200) == 1 and codes.count(409) == 49
+    winner = next(a for a in answers if a.status_code == 200)
+    assert winner.json()["replayed"] is False
+
+
+def test_a_batch_answers_each_update_on_its_own(client):
+    for c in ("a", "b", "c"):
+        register(client, campaign=c)
+    client.post("/v1/slot-update", json=update(campaign="c", slot=0))
+    batch = [
+        update(campaign="a", slot=0),
+        update(campaign="b", slot=2),  # skipped
+        update(campaign="ghost"),  # unknown
+        update(campaign="c", slot=0),  # replayed
+        update(campaign="a", slot=1),  # duplicate campaign in one batch
+    ]
+    r = client.post("/v1/slot-update/batch", json={"updates": batch})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x["status"] for x in results] == [200, 409, 404, 200, 422]
+    assert results[0]["answer"]["replayed"] is False and results[3]["answer"]["replayed"] is True
+    assert results[1]["detail"]["expected_slot"] == 0 and results[4]["error"] == "duplicate_campaign"
+    assert r.json()["applied"] == 1 and r.json()["replayed"] == 1 and r.json()["failed"] == 3
+
+
+def test_a_batch_decides_like_single_updates(models):
+    from .app_fixtures import serving
+
+    with serving(models.cbrl_model) as one, serving(models.cbrl_model) as many:
+        names = [f"k{i}" for i in range(12)]
+        for name in names:
+            register(one, campaign=name)
+            register(many, campaign=name)
+        singles, batched = [], []
+        for slot in range(3):
+            ups = [update(campaign=n, slot=slot, delivery=1.0 + i, cost=1.5, wins=3) for i, n in enumerate(names)]
+            singles.append([one.post("/v1/slot-update", json=u).json()["bid_ratio"] for u in ups])
+            answer = many.post("/v1/slot-update/batch", json={"updates": ups}).json()
+            batched.append([x["answer"]["bid_ratio"] for x in answer["results"]])
+        for s, b in zip(singles, batched, strict=True):
+            assert all(math.isclose(x, y, abs_tol=1e-6) for x, y in zip(s, b, strict=True))
+
+
+def test_batch_limits(models):
+    from .app_fixtures import serving
+
+    with serving(models.cbrl_model, max_batch_updates=3) as c:
+        r = c.post("/v1/slot-update/batch", json={"updates": [update(campaign=f"x{i}") for i in range(4)]})
+        assert r.status_code == 413
+        assert c.post("/v1/slot-update/batch", json={"updates": []}).status_code == 422
