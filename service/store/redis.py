@@ -245,6 +245,8 @@ class RedisStore:
                 await self._subscribed.wait()
 
     async def aclose(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         if self._listener is not None:
             self._listener.cancel()

@@ -19,6 +19,8 @@ from pathlib import Path
 import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 10.0
@@ -98,7 +100,14 @@ class RedisServer:
         return self.directory / "redis.log"
 
     def client(self, timeout_s: float = 1.0) -> redis.Redis:
-        return redis.Redis(host=HOST, port=self.port, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        # No retries: redis-py's default (3, with backoff) turns every refused PING or SHUTDOWN into seconds.
+        return redis.Redis(
+            host=HOST,
+            port=self.port,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+        )
 
     def start(self) -> RedisServer:
         args = [
