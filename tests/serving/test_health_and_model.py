@@ -1,0 +1,101 @@
+"""/healthz, /readyz, /metrics; the fallback controller when no model loads; hot reload and a refused reload."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from .app_fixtures import models, register, serving, update  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.usefixtures("models")
+
+
+def metric(text: str, name: str) -> float:
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + " ") or line.startswith(name + "{")
+    ]
+    return sum(values)
+
+
+def test_ready_with_a_model_and_a_store(models):
+    with serving(models.cbrl_model) as c:
+        assert c.get("/healthz").json() == {"status": "ok"}
+        ready = c.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["algorithm"] == "cbrl" and ready.json()["model_loaded"]
+        register(c)
+        c.post("/v1/slot-update", json=update())
+        c.post("/v1/slot-update", json=update())  # replayed
+        c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0, 2.0]})
+        text = c.get("/metrics").text
+        assert metric(text, 'rcb_slot_updates_total{result="applied"}') == 1
+        assert metric(text, 'rcb_slot_updates_total{result="replayed"}') == 1
+        assert metric(text, "rcb_impressions_scored_total") == 2
+        assert metric(text, "rcb_model_loaded") == 1 and 'rcb_model_info{version="cbrl-sc-' in text
+        assert 'rcb_request_seconds_count{method="POST",route="/v1/bid",status="200"}' in text
+
+
+def test_without_a_model_the_fallback_controller_bids_and_says_so(models, tmp_path):
+    with serving(tmp_path / "no-model") as c:
+        ready = c.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["detail"]["model_loaded"] is False
+        assert "no such model directory" in ready.json()["detail"]["model_error"]
+        first = register(c).json()
+        assert first["decided_by"] == "fallback" and first["model_version"] == "fallback-controller"
+        assert first["bid_ratio"] == pytest.approx(0.9625)
+        answer = c.post("/v1/slot-update", json=update(delivery=9.0, cost=3.0)).json()
+        assert answer["decided_by"] == "fallback" and answer["bid_ratio"] > first["bid_ratio"]  # ROI above target
+        text = c.get("/metrics").text
+        assert metric(text, "rcb_fallbacks_total") == 2 and metric(text, "rcb_model_loaded") == 0
+
+
+def test_an_inference_error_falls_back_for_that_slot(models):
+    with serving(models.cbrl_model) as c:
+        register(c)
+        runner = c.app.state.runner
+        original = runner.policy.decide_states
+        runner.policy.decide_states = lambda states: (_ for _ in ()).throw(RuntimeError("onnxruntime exploded"))
+        try:
+            answer = c.post("/v1/slot-update", json=update()).json()
+        finally:
+            runner.policy.decide_states = original
+        assert answer["decided_by"] == "fallback"
+        assert c.post("/v1/slot-update", json=update(slot=1)).json()["decided_by"] == "model"
+
+
+def test_hot_reload_swaps_the_model_and_a_corrupted_one_is_refused(models, tmp_path):
+    live = tmp_path / "live"
+    shutil.copytree(models.cbrl_model, live)
+    with serving(live) as c:
+        register(c)
+        before = c.get("/readyz").json()["model_version"]
+        # Another model in another directory: taken over at the campaign's next slot.
+        moved = c.post("/v1/admin/reload-model", json={"model_dir": str(models.hard_model)})
+        assert moved.status_code == 200 and moved.json()["previous_version"] == before
+        assert moved.json()["model_version"].startswith("hard-")
+        assert c.post("/v1/slot-update", json=update()).json()["model_version"].startswith("hard-")
+        # Back to the live directory, then corrupt it: the reload is refused, the model in memory keeps serving.
+        assert c.post("/v1/admin/reload-model", json={"model_dir": str(live)}).status_code == 200
+        (live / "policy.onnx").write_bytes(b"garbage")
+        refused = c.post("/v1/admin/reload-model", json={})
+        assert refused.status_code == 422 and refused.json()["error"] == "model_refused"
+        assert "corrupted" in refused.json()["detail"]
+        answer = c.post("/v1/slot-update", json=update(slot=1))
+        assert answer.status_code == 200 and answer.json()["model_version"] == before
+        assert c.get("/readyz").json()["model_version"] == before
+
+
+def test_openapi_documents_bodies_and_errors(models):
+    with serving(models.cbrl_model) as c:
+        schema = c.get("/openapi.json").json()
+    bid = schema["paths"]["/v1/bid"]["post"]
+    assert set(bid["requestBody"]["content"]) == {"application/json", "application/octet-stream"}
+    assert {"BidRequest", "ColumnarBidRequest", "SlotUpdate", "CampaignRegistration"} <= set(
+        schema["components"]["schemas"]
+    )
+    update_responses = schema["paths"]["/v1/slot-update"]["post"]["responses"]
+    assert {"200", "409", "422", "503"} <= set(update_responses)
+    assert json.dumps(schema)  # serializable
