@@ -1,7 +1,7 @@
 """Service apps for the route tests: the tiny exported models of ``artifact_fixtures`` behind a TestClient.
 
-Import the fixtures into a test module (``from .app_fixtures import client, models``) or call the
-factories directly. ``TestClient`` as a context manager runs the lifespan (model load, store open).
+The ``models`` and ``client`` fixtures live in conftest.py; these are the factories and request builders.
+``TestClient`` as a context manager runs the lifespan (model load, store open).
 """
 
 from __future__ import annotations
@@ -11,20 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-from artifact_fixtures import Exported, exported_runs
 from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.main import create_app
 
 TOKEN = "s3cret-token-for-tests"
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Exported:
-    """The session's tiny CBRL and hard models (trained and exported once, shared with test_export)."""
-    return exported_runs(tmp_path_factory)
 
 
 def settings_for(model_dir: Path, store: str = "memory", **overrides: Any) -> Settings:
@@ -35,13 +27,6 @@ def settings_for(model_dir: Path, store: str = "memory", **overrides: Any) -> Se
 def serving(model_dir: Path, store: str = "memory", **overrides: Any) -> Iterator[TestClient]:
     with TestClient(create_app(settings_for(model_dir, store, **overrides)), raise_server_exceptions=False) as client:
         yield client
-
-
-@pytest.fixture
-def client(models: Exported) -> Iterator[TestClient]:
-    """The CBRL model with the memory store."""
-    with serving(models.cbrl_model) as c:
-        yield c
 
 
 def register(

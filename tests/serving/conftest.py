@@ -18,6 +18,8 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from artifact_fixtures import Exported, exported_runs
+from fastapi.testclient import TestClient
 
 from service.store import EpisodeStore, open_store
 
@@ -93,3 +95,18 @@ async def store(store_url: str, anyio_backend: str) -> AsyncIterator[EpisodeStor
     finally:
         await opened.aclose()
         await delete_prefix(store_url, prefix)
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    """The session's tiny CBRL and hard models (trained and exported once, shared with test_export)."""
+    return exported_runs(tmp_path_factory)
+
+
+@pytest.fixture
+def client(models: Exported) -> Iterator[TestClient]:
+    """The CBRL model served with the memory store (lifespan run: model loaded, store open)."""
+    from .app_fixtures import serving
+
+    with serving(models.cbrl_model) as c:
+        yield c

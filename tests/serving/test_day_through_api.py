@@ -20,7 +20,7 @@ from training.dayset import DaySet
 from training.market.dataset import Market
 from training.simulator import BatchedReplay
 
-from .app_fixtures import models, serving  # noqa: F401 - fixtures
+from .app_fixtures import serving
 
 SEED = 11
 

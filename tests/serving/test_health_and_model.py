@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from .app_fixtures import models, register, serving, update  # noqa: F401 - fixture
+from .app_fixtures import register, serving, update
 
 pytestmark = pytest.mark.usefixtures("models")
 

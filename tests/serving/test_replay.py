@@ -20,8 +20,6 @@ from training.bidders.onnx import OnnxBidder
 from training.dayset import DaySet
 from training.market.dataset import Market
 
-from .app_fixtures import models  # noqa: F401 - fixture
-
 SEED = 4
 
 

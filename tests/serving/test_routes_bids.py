@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .app_fixtures import client, models, register, serving, update  # noqa: F401 - fixtures
+from .app_fixtures import register, serving, update
 
 pytestmark = pytest.mark.usefixtures("models")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .app_fixtures import TOKEN, client, models, register, serving, update  # noqa: F401 - fixtures
+from .app_fixtures import TOKEN, register, serving, update
 
 pytestmark = pytest.mark.usefixtures("models")
 

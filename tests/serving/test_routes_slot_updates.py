@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .app_fixtures import client, models, register, update  # noqa: F401 - fixtures
+from .app_fixtures import register, update
 
 pytestmark = pytest.mark.usefixtures("models")
 
