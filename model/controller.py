@@ -23,6 +23,7 @@ import numpy as np
 
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.history import History
+from model.roi import roi
 
 RATIO_FLOOR = 0.01
 """The controller never bids below this: a ratio of 0 would stop all feedback."""
@@ -54,8 +55,7 @@ def _roi_errors(history: History) -> np.ndarray:
     delivery = np.cumsum(history.delivery[:, :t], axis=1)
     cost = np.cumsum(history.cost[:, :t], axis=1)
     target = history.registration.roi_target[:, None]
-    roi = np.divide(delivery, cost, out=np.zeros_like(delivery), where=cost > 0)
-    return np.where(cost > 0, np.clip((roi - target) / target, -1.0, 1.0), 0.0)
+    return np.where(cost > 0, np.clip((roi(delivery, cost) - target) / target, -1.0, 1.0), 0.0)
 
 
 def controller_ratios(history: History, gains: ControllerGains | None = None) -> np.ndarray:

@@ -35,6 +35,7 @@ import numpy as np
 
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.history import History
+from model.roi import roi
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,9 @@ def observe(history: History, slot: int | None = None) -> np.ndarray:
         [
             np.full(n, t / SLOTS_PER_DAY),
             last_ratio / RATIO_MAX,
-            np.where(cost > 0, (_ratio_or(delivery, cost, 0.0) - roi_target) / roi_target, 0.0),
+            np.where(cost > 0, (roi(delivery, cost) - roi_target) / roi_target, 0.0),
             np.where(has_budget, cost / np.where(has_budget, reg.budget, 1.0), 0.0),
-            np.where(c > 0, (_ratio_or(d, c, 0.0) - roi_target) / roi_target, 0.0),
+            np.where(c > 0, (roi(d, c) - roi_target) / roi_target, 0.0),
             _ratio_or(wins, auctions, 0.0),
             np.where(per_win > 0, np.log(np.maximum(per_win, 1e-300) / np.maximum(day_per_win, 1e-300)), 0.0),
             has_budget.astype(np.float64),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from model.contract import SLOTS_PER_DAY
+from model.roi import roi
 
 SLOT_STATS: tuple[str, ...] = ("delivery", "cost", "wins", "auctions")
 """The per-slot stats a model needs from the ad engine, in this order (the model card lists them)."""
@@ -134,8 +135,7 @@ class History:
     @property
     def roi(self) -> np.ndarray:
         """Cumulative delivery / cost so far (``inf`` before any spend)."""
-        cost = self.total_cost
-        return np.divide(self.total_delivery, cost, out=np.full(self.n, np.inf), where=cost > 0)
+        return roi(self.total_delivery, self.total_cost)
 
     @property
     def remaining_budget(self) -> np.ndarray:

@@ -40,6 +40,8 @@ from typing import TypedDict
 import numpy as np
 from numpy.typing import ArrayLike
 
+import model.roi as rule
+
 DEFAULT_GAMMA = 3.0
 """USCB's G-metric base (SPEC 4)."""
 
@@ -87,15 +89,13 @@ def _episodes(**columns: ArrayLike) -> dict[str, np.ndarray]:
 def roi(delivery: ArrayLike, cost: ArrayLike) -> np.ndarray:
     """Per-episode ``ROI = D / C`` (paper Sec. 2), ``+inf`` where nothing was spent (``C = 0``)."""
     e = _episodes(delivery=delivery, cost=cost)
-    d, c = e["delivery"], e["cost"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(c > 0, d / c, np.inf)
+    return rule.roi(e["delivery"], e["cost"])
 
 
 def is_feasible(delivery: ArrayLike, cost: ArrayLike, roi_target: ArrayLike, budget: ArrayLike = np.inf) -> np.ndarray:
     """Per-episode feasibility ``1[F] = 1[ROI >= L and C <= B]`` (paper Sec. 2; zero cost: ROI = +inf)."""
     e = _episodes(delivery=delivery, cost=cost, roi_target=roi_target, budget=budget)
-    return (roi(e["delivery"], e["cost"]) >= e["roi_target"]) & (e["cost"] <= e["budget"])
+    return rule.is_feasible(e["delivery"], e["cost"], e["roi_target"], e["budget"])
 
 
 def normalized_delivery(delivery: ArrayLike, oracle_delivery: ArrayLike) -> np.ndarray:

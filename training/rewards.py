@@ -33,19 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from model.contract import SLOTS_PER_DAY
+from model.roi import roi
 from training.metrics import gmetric_scores, normalized_delivery
-
-
-def _roi(delivery: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """ROI with nothing spent counted as +inf (an episode that spent nothing violated nothing)."""
-    with np.errstate(over="ignore"):  # a denormal cost gives +inf, which is the right answer
-        return np.divide(delivery, cost, out=np.full(np.shape(delivery), np.inf), where=cost > 0)
 
 
 def violation(delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, budget: np.ndarray) -> np.ndarray:
     """Normalized constraint violation ``(L - ROI)_+ / L + (C - B)_+ / B`` (0 iff feasible)."""
-    roi = _roi(delivery, cost)
-    roi_part = np.maximum(roi_target - roi, 0.0) / roi_target
+    roi_part = np.maximum(roi_target - roi(delivery, cost), 0.0) / roi_target
     budget_part = np.where(np.isfinite(budget), np.maximum(cost - budget, 0.0) / budget, 0.0)
     return roi_part + budget_part
 
@@ -56,7 +50,7 @@ def constraint_gap(delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarra
     Unlike :func:`violation` it goes negative with slack, so RCPO's dual ascent on it can lower its
     multiplier again once the policy is safely feasible (Tessler et al.'s update on the constraint value).
     """
-    roi_gap = (roi_target - _roi(delivery, cost)) / roi_target
+    roi_gap = (roi_target - roi(delivery, cost)) / roi_target
     budget_gap = np.where(np.isfinite(budget), (cost - budget) / np.where(np.isfinite(budget), budget, 1.0), -np.inf)
     return np.maximum(np.maximum(roi_gap, budget_gap), -1.0)
 
@@ -103,7 +97,7 @@ def curriculum_reward(
     ``B - C_t >= B_t^k``; otherwise it pays ``(L_t^k - ROI_t) / L + (B_t^k + C_t - B) / B`` for what is broken."""
     cum_d, cum_c = np.cumsum(delivery, axis=1), np.cumsum(cost, axis=1)
     roi_limit, reserve = curriculum_limits(b, h, g, roi_target, budget)
-    roi_gap = np.maximum(roi_limit - _roi(cum_d, cum_c), 0.0) / roi_target[:, None]
+    roi_gap = np.maximum(roi_limit - roi(cum_d, cum_c), 0.0) / roi_target[:, None]
     finite = np.isfinite(budget)[:, None]
     budget_gap = np.where(finite, np.maximum(reserve + cum_c - np.where(finite, budget[:, None], 0.0), 0.0), 0.0)
     budget_gap = budget_gap / np.where(finite, budget[:, None], 1.0)
