@@ -23,11 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machine import describe_machine  # benchmarks/machine.py, beside this script
 
+from model.contract import Setting
 from training.bidders.base import play
 from training.dayset import DaySet
 from training.evaluate import TUNING_CACHE, evaluate, tuned_baseline
 from training.market.dataset import Market
-from training.oracle import Setting, market_oracle
+from training.oracle import market_oracle
 
 
 def main() -> None:

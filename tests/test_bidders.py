@@ -143,7 +143,7 @@ def test_bidders_answer_ratios_of_the_right_shape_and_range(
     """Tuned or hand-built, each baseline answers ``(n,)`` (or ``(n, buckets)``) finite ratios in [0, 4] per slot,
     sees only live information, and its Outcome is the sum of the history's per-slot stats."""
     train = train_sets[setting]
-    inner = tuned[(method, setting)][0] if how == "tuned" else hand_bidder(method, profile=pid.traffic_profile(train))
+    inner = tuned[(method, setting)][0] if how == "tuned" else hand_bidder(method, profile=train.traffic_profile())
     test = DaySet.load(market, "test", setting)
     spy = Spy(inner)
     outcome = play(spy, test.indexes(inner.traffic_buckets), test.episode_days(), test.registration(), seed=1)

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from model.contract import Setting
 from model.history import Registration
 from training.market.dataset import DayEntry, Market, MarketError
 from training.market.schema import DayLog
-from training.oracle import Setting, market_oracle, setting_constraints
+from training.oracle import market_oracle, setting_constraints
 from training.simulator import DayIndex
 
 
@@ -97,6 +98,11 @@ class DaySet:
             roi_target=self.roi_target[chosen],
             budget=self.budget[chosen],
         )
+
+    def traffic_profile(self) -> np.ndarray:
+        """Mean share of a day's impressions in each slot over these days (their logs only: no hindsight)."""
+        shares = [np.diff(log.slot_offsets) / max(log.n_impressions, 1) for log in self.logs]
+        return np.mean(shares, axis=0)
 
     def episode_days(self, repeats: int = 1) -> np.ndarray:
         return np.tile(np.arange(len(self)), repeats)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from model.contract import Setting
 from training.bidders import cem, pid, rm
 from training.bidders.base import Bidder, play
 from training.dayset import DaySet
@@ -32,7 +33,7 @@ from training.files import atomic_write_text
 from training.learning_curves import CurveError, split_group
 from training.market.dataset import Market, MarketError
 from training.metrics import is_feasible, normalized_delivery, roi
-from training.oracle import OracleKind, Setting, market_oracle
+from training.oracle import OracleKind, market_oracle
 
 BASELINES: dict[str, ModuleType] = {"rm": rm, "pid": pid, "cem": cem}
 """Tunable baselines: each module has ``tune(train, seed, progress)`` and ``from_params(params)``."""

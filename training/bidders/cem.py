@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
+from model.controller import RATIO_FLOOR
 from model.history import History, Registration
 from training.bidders.base import Bidder
-from training.bidders.pid import traffic_profile
 from training.bidders.tuning import best_of, candidate_scores, log_uniform
 from training.dayset import DaySet
 from training.simulator import StepResult
@@ -33,7 +33,6 @@ from training.simulator import StepResult
 TRAFFIC_BUCKETS = 20
 """Traffic shares of 5% each; ``explore`` of them explore."""
 PARAMS = ("initial_ratio", "initial_sigma", "explore", "elites", "smoothing", "min_sigma")
-RATIO_FLOOR = 0.01
 
 
 class CEM(Bidder):
@@ -130,7 +129,7 @@ def tune(
 ) -> tuple[CEM, float]:
     """Seeded random search on the train days."""
     rng = np.random.default_rng([seed, 0xCE3])
-    profile = traffic_profile(train)
+    profile = train.traffic_profile()
     candidates = sample_candidates(rng, n_random)
     tiled = {k: np.repeat(v, len(train)) for k, v in candidates.items()}
     scores = candidate_scores(lambda _: CEM(profile, **tiled), n_random, train, seed)

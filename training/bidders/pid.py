@@ -24,19 +24,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
+from model.controller import RATIO_FLOOR
 from model.history import History, Registration
 from training.bidders.base import Bidder
 from training.bidders.tuning import best_of, candidate_scores, log_uniform
 from training.dayset import DaySet
 
 PARAMS = ("initial_ratio", "kp", "ki", "kd", "kp_budget", "ki_budget")
-RATIO_FLOOR = 0.01
-
-
-def traffic_profile(days: DaySet) -> np.ndarray:
-    """Mean share of a day's impressions in each slot over ``days`` (their logs only)."""
-    shares = [np.diff(log.slot_offsets) / max(log.n_impressions, 1) for log in days.logs]
-    return np.mean(shares, axis=0)
 
 
 class PID(Bidder):
@@ -108,7 +102,7 @@ def tune(
 ) -> tuple[PID, float]:
     """Seeded random search on the train days, then a local refinement around the best candidate."""
     rng = np.random.default_rng([seed, 0x61D])
-    profile = traffic_profile(train)
+    profile = train.traffic_profile()
 
     def scores_of(candidates: dict[str, np.ndarray]) -> np.ndarray:
         n = len(next(iter(candidates.values())))
