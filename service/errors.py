@@ -33,7 +33,12 @@ def unknown_campaign(campaign: str) -> ApiError:
 
 
 def store_unavailable(exc: Exception) -> ApiError:
-    return ApiError(503, "store_unavailable", f"the state store did not answer in time; nothing was written ({exc})")
+    return ApiError(
+        503,
+        "store_unavailable",
+        f"the state store did not answer in time ({exc}); a write is atomic, so it was applied whole or not at all: "
+        "resend the same request (a slot update that did land answers replayed)",
+    )
 
 
 def error_response(status: int, error: str, detail: Any, headers: dict[str, str] | None = None) -> Response:

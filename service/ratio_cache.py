@@ -27,6 +27,9 @@ class CachedRatio:
     """The ratio to bid now: 0 when the budget is spent or all slots are reported."""
     fetched: float
     """``time.monotonic()`` when read from the store (or written by this process)."""
+    stale: bool = False
+    """Kept after the store failed to answer: served for another ``ttl_s`` before the store is tried again,
+    so an outage costs each campaign one timeout per ``ttl_s``, not one per bid."""
 
 
 def bid_ratio_of(state: CampaignState) -> float:
@@ -81,8 +84,9 @@ class RatioCache:
         hits = len(campaigns) - len(missing)
         if hits:
             self.metrics.cache.labels(outcome="hit").inc(hits)
+        served_stale = any(e is not None and e.stale for e in out)
         if not missing:
-            return out, False
+            return out, served_stale
         names = [campaigns[k] for k in missing]
         try:
             stored = await store.get_many(names)
@@ -91,8 +95,10 @@ class RatioCache:
             if any(e is None for e in stale):
                 raise
             self.metrics.cache.labels(outcome="stale").inc(len(missing))
-            for k, entry in zip(missing, stale, strict=True):
-                out[k] = entry
+            retry_after = time.monotonic()
+            for k, name, entry in zip(missing, names, stale, strict=True):
+                assert entry is not None
+                out[k] = self._entries[name] = CachedRatio(entry.episode, entry.slot, entry.ratio, retry_after, True)
             return out, True
         self.metrics.cache.labels(outcome="miss").inc(len(missing))
         for k, name, item in zip(missing, names, stored, strict=True):
@@ -103,4 +109,4 @@ class RatioCache:
                 out[k] = self.put(name, CampaignState.from_bytes(item.blob))
             except StateError:
                 self.forget(name)  # unreadable state: treated as unknown (the next registration replaces it)
-        return out, False
+        return out, served_stale
