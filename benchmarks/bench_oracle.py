@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from machine import describe_machine  # benchmarks/machine.py, beside this script
 
 from model.contract import SLOTS_PER_DAY
+from model.roi import is_feasible
 from training.market.constraints import draw_mc_constraints
 from training.market.dataset import Market
 from training.market.schema import DayLog
@@ -46,7 +47,6 @@ from training.oracle import (
     candidate_ratios,
     choice_from_values,
     knapsack_model,
-    meets_constraints,
     prune_items,
     sequential_totals,
     slot_curves,
@@ -179,7 +179,7 @@ def main() -> None:
                 total_d, total_c = sequential_totals(delivery, cost, choice)
                 row[solver] = seconds
                 optima[solver] = total_d
-                row[f"{solver}-feasible"] = meets_constraints(total_d, total_c, roi_target, budget)
+                row[f"{solver}-feasible"] = bool(is_feasible(total_d, total_c, roi_target, budget))
             oracle_s, found = timed(lambda i=index, lb=(roi_target, budget): slot_oracle(i, *lb), args.repeats)
             row["oracle"] = oracle_s
             reference = optima["highs"]

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from model.contract import SLOTS_PER_DAY
-from training.market.constraints import CURVE_GRID, day_curve, draw_mc_constraints
+from training.market.constraints import day_curve, draw_mc_constraints
 from training.market.dataset import Market
 from training.market.generator import MarketConfig, config_with, diurnal_profile, generate_day, generate_market
-from training.oracle import slot_oracle
+from training.oracle import ORACLE_GRID, slot_oracle
 from training.simulator import DayIndex
 
 CALIBRATION = config_with(days_id=40, days_ood=12, impressions_per_day=60_000, seed=7)
@@ -34,7 +34,7 @@ def _best_constant_ratio(index: DayIndex, roi_target: float = 1.0) -> tuple[floa
     feasible = (roi >= roi_target) & (delivery > 0)
     best = int(np.argmax(np.where(feasible, delivery, -1.0)))
     return (
-        (float(CURVE_GRID[best]) if feasible.any() else float("nan")),
+        (float(ORACLE_GRID[best]) if feasible.any() else float("nan")),
         float(delivery[best] * feasible.any()),
         float(roi[-1]),
     )

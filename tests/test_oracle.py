@@ -12,8 +12,9 @@ import typer
 from conftest import random_day_log
 from typer.testing import CliRunner
 
-import training.oracle as oracle
+import training.oracle.cache as oracle_cache
 from model.contract import SLOTS_PER_DAY
+from model.roi import is_feasible as meets
 from rcb.commands.oracle import oracle_command
 from training.market.dataset import Market
 from training.market.logs import write_day
@@ -24,14 +25,12 @@ from training.oracle import (
     OracleResult,
     day_oracle,
     market_oracle,
-    meets_constraints,
     prune_items,
-    replay_totals,
     slot_curves,
     slot_oracle,
     solve_slot_knapsack,
 )
-from training.simulator import DayIndex, replay_day
+from training.simulator import DayIndex, replay_day, replay_totals
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The group knapsack against brute force
@@ -93,7 +92,7 @@ def test_knapsack_matches_brute_force(bound_fixing: bool) -> None:
         # The reported totals are those of the reported choice, and they are feasible.
         rows = np.arange(delivery.shape[0])
         assert got.delivery == pytest.approx(delivery[rows, got.choice].sum(), rel=1e-12)
-        assert meets_constraints(got.delivery, got.cost, roi_target, budget)
+        assert bool(meets(got.delivery, got.cost, roi_target, budget))
         n_binding_budget += bool(math.isfinite(budget) and got.cost > 0.5 * budget)
     assert n_infeasible > 0 and n_binding_budget > 0  # the instances do exercise these cases
 
@@ -161,7 +160,7 @@ def test_day_oracle_is_the_best_feasible_constant_ratio(day_index: DayIndex) -> 
     roi_target, budget = 1.2, budget_for(day_index, 0.3)
     found = day_oracle(day_index, roi_target, budget, grid=grid)
     options = [(replay_totals(day_index, np.full(SLOTS_PER_DAY, r), budget), r) for r in grid]
-    feasible = [(d, r) for (d, c), r in options if meets_constraints(d, c, roi_target, budget)]
+    feasible = [(d, r) for (d, c), r in options if bool(meets(d, c, roi_target, budget))]
     best_delivery = max(d for d, _ in feasible)
     assert found.delivery == best_delivery
     assert found.ratios[0] == min(r for d, r in feasible if d == best_delivery)
@@ -182,13 +181,13 @@ def test_an_impossible_roi_target_abstains(day_index: DayIndex) -> None:
 @pytest.fixture
 def count_solves(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str, str]]:
     calls: list[tuple[int, str, str]] = []
-    real = oracle.solve_day
+    real = oracle_cache.solve_day
 
     def counting(market, entry, setting, kind):
         calls.append((entry.day, str(setting), str(kind)))
         return real(market, entry, setting, kind)
 
-    monkeypatch.setattr(oracle, "solve_day", counting)
+    monkeypatch.setattr(oracle_cache, "solve_day", counting)
     return calls
 
 
@@ -197,7 +196,7 @@ def test_cache_hit_miss_and_staleness(tiny_market: Market, count_solves: list) -
     assert len(count_solves) == 2
     assert market_oracle(tiny_market, "mc", days=[1, 0]) == first  # hits, in day order
     assert len(count_solves) == 2
-    cache = tiny_market.root / oracle.CACHE_DIR
+    cache = tiny_market.root / oracle_cache.CACHE_DIR
     assert sorted(p.name for p in cache.iterdir()) == ["slot-mc-day0.json", "slot-mc-day1.json"]  # no temp files
 
     market_oracle(tiny_market, "sc", days=[0])  # another setting (and kind) is another entry
@@ -221,7 +220,7 @@ def test_read_only_market_still_works(tiny_market: Market, monkeypatch: pytest.M
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(oracle, "_write_cache", refuse)
+    monkeypatch.setattr(oracle_cache, "_write_cache", refuse)
     warnings: list[str] = []
     results = market_oracle(tiny_market, "sc", days=[0, 1, 2], on_warning=warnings.append)
     assert len(results) == 3 and len(warnings) == 1

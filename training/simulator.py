@@ -369,6 +369,16 @@ def replay_day(index: DayIndex, ratios: np.ndarray, budget: float = np.inf) -> l
     return [env.step(np.array([r])) for r in np.asarray(ratios, dtype=np.float64)]
 
 
+def replay_totals(index: DayIndex, ratios: np.ndarray, budget: float = np.inf) -> tuple[float, float]:
+    """Total delivery and cost of one episode bid with 48 fixed ratios (budget stop included): :func:`replay_day`'s
+    slots summed in slot order, as :class:`BatchedReplay` accumulates them."""
+    delivery = cost = 0.0
+    for slot in replay_day(index, ratios, budget):
+        delivery += float(slot.delivery[0])
+        cost += float(slot.cost[0])
+    return delivery, cost
+
+
 def direct_replay(
     log: DayLog, ratios: np.ndarray, budget: float = np.inf, bucket: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -19,11 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.contract import SLOTS_PER_DAY
+import model.roi
+from training.oracle import ORACLE_GRID, slot_curves, slot_oracle
 from training.simulator import DayIndex
-
-CURVE_GRID = np.round(np.arange(1, 401) * 0.01, 2)
-"""Constant ratios scanned for the day-wise curve (the oracle's grid)."""
 
 
 @dataclass(frozen=True)
@@ -38,15 +36,11 @@ class ConstraintRecipe:
     """Highest budget fraction (above 1 the ROI constraint binds instead)."""
 
 
-def day_curve(index: DayIndex, ratios: np.ndarray = CURVE_GRID) -> tuple[np.ndarray, np.ndarray]:
-    """Total (delivery, cost) of bidding each constant ratio over the whole day, without budget."""
-    delivery = np.zeros(len(ratios))
-    cost = np.zeros(len(ratios))
-    for t in range(SLOTS_PER_DAY):
-        got = index.slot_outcome(t, ratios)
-        delivery += got.delivery
-        cost += got.cost
-    return delivery, cost
+def day_curve(index: DayIndex, ratios: np.ndarray = ORACLE_GRID) -> tuple[np.ndarray, np.ndarray]:
+    """Total (delivery, cost) of bidding each constant ratio over the whole day, without budget: the oracle's
+    :func:`slot_curves` summed over the slots, in slot order."""
+    delivery, cost = slot_curves(index, ratios)
+    return delivery.sum(axis=0), cost.sum(axis=0)
 
 
 def draw_mc_constraints(
@@ -54,8 +48,7 @@ def draw_mc_constraints(
 ) -> tuple[float, float, float]:
     """(roi_target, budget, budget_fraction) for one day, per the module's recipe."""
     delivery, cost = day_curve(index)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        roi = np.where(cost > 0, delivery / cost, np.inf)
+    roi = model.roi.roi(delivery, cost)
     roi_target = float(rng.uniform(recipe.roi_low, recipe.roi_high))
     fraction = float(rng.uniform(recipe.budget_low, recipe.budget_high))
     feasible = (roi >= roi_target) & (delivery > 0)
@@ -64,8 +57,6 @@ def draw_mc_constraints(
         best = float(np.max(roi[meaningful])) if meaningful.any() else float(np.max(roi[delivery > 0], initial=1.0))
         roi_target = 0.9 * best
         feasible = (roi >= roi_target) & (delivery > 0)
-    from training.oracle import slot_oracle  # the oracle module imports this one's grid
-
     spend_at_target = slot_oracle(index, roi_target).cost
     if spend_at_target <= 0:  # nothing worth buying at this target: any positive budget is slack
         spend_at_target = float(cost[feasible][np.argmax(delivery[feasible])]) if feasible.any() else float(cost[-1])
