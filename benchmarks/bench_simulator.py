@@ -8,9 +8,7 @@ One seeded random day of ``--impressions`` impressions (default 2,000,000) over 
     :meth:`BatchedReplay.step` (a binary search per episode and slot) against the naive O(n) step
     (for each slot, ``won = ratio * u > m`` over the slot's rows, then masked sums; vectorized numpy
     over the batch), both without a budget. Medians over ``--repeats`` runs, printed side by side with
-    the speedup, after checking that both give the same wins (exactly) and sums (to rounding);
-(c) a lone episode with fixed ratios through :meth:`DayIndex.replay_episode` (all 48 slots in one
-    vectorized search) against the naive step.
+    the speedup, after checking that both give the same wins (exactly) and sums (to rounding).
 
 Run: ``.venv/bin/python benchmarks/bench_simulator.py``
 """
@@ -144,22 +142,6 @@ def main() -> None:
             f"    {batch:>5}  {fast_s * 1e3:>9.3f} ms  {naive_s * 1e3:>9.3f} ms  {naive_s / fast_s:>7.0f}x  "
             f"{call_us:>12.0f} us  wins identical, sums within {worst:.1e} relative"
         )
-
-    # (c) a lone episode with fixed ratios through DayIndex.replay_episode (one vectorized search).
-    print(f"\n(c) one lone 48-slot episode with fixed ratios; median of {args.repeats * 20} runs")
-    ratios = rng.uniform(0.0, 4.0, (1, SLOTS_PER_DAY))
-    ratios[0, 0] = 1.0
-    episode = index.replay_episode(ratios[0])
-    naive = naive_episode(log, ratios)
-    if not np.array_equal(episode.wins, naive[2][0]) or not np.allclose(episode.delivery, naive[0][0], rtol=1e-9):
-        raise SystemExit("MISMATCH in replay_episode")
-    index.replay_episode(ratios[0])  # the first call builds the mapped keys once
-    whole_s = median_seconds(lambda: index.replay_episode(ratios[0]), args.repeats * 20)
-    naive_s = median_seconds(lambda: naive_episode(log, ratios), args.repeats)
-    print(
-        f"    replay_episode {whole_s * 1e3:.3f} ms  vs naive {naive_s * 1e3:.3f} ms  -> {naive_s / whole_s:.0f}x"
-        "  (wins identical)"
-    )
 
 
 if __name__ == "__main__":

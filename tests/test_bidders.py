@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import random_day_log
+from reference_replay import direct_replay
 
 from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY
 from model.history import History, Registration
@@ -21,7 +22,7 @@ from training.dayset import DaySet
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 from training.market.schema import DayLog
-from training.simulator import DayIndex, StepResult, direct_replay
+from training.simulator import DayIndex, StepResult
 
 MODULES = {"rm": rm, "pid": pid, "cem": cem}
 FLAT_PROFILE = np.full(SLOTS_PER_DAY, 1.0 / SLOTS_PER_DAY)

@@ -13,13 +13,14 @@ import orjson
 import pytest
 import typer
 from conftest import build_market, random_day_log
+from reference_replay import direct_replay
 from typer.testing import CliRunner
 
 from model.contract import SLOTS_PER_DAY
 from rcb.commands.simulate import simulate_command
 from training.market.dataset import Market
 from training.market.schema import DayLog
-from training.simulator import BatchedReplay, DayIndex, direct_replay, replay_day
+from training.simulator import BatchedReplay, DayIndex, replay_day
 
 SUM_TOLERANCE = {"rtol": 1e-12, "atol": 1e-9}
 
@@ -193,25 +194,6 @@ def test_bucketed_traffic_matches_direct_replay(budget_fraction: float) -> None:
     # The same ratio on every bucket is the unbucketed replay.
     same = np.repeat(ratios[:, :1], 5, axis=1)
     _assert_same(_replay(log, ratios[:, 0]), direct_replay(log, same, bucket=index.bucket))
-
-
-@pytest.mark.parametrize("budget_fraction", [np.inf, 0.3, 0.05])
-def test_whole_episode_replay_matches_direct_replay(budget_fraction: float) -> None:
-    """DayIndex.replay_episode (one vectorized search for all 48 slots) is exactly the per-impression walk."""
-    for seed in range(4):
-        rng = np.random.default_rng(100 + seed)
-        log = random_day_log(rng, n=5000)
-        index = DayIndex(log)
-        budget = budget_fraction * float(log.cost[4.0 * log.utility > log.market_price].sum())
-        for ratios in (_hard_ratios(rng, log), rng.uniform(0.0, 4.0, SLOTS_PER_DAY), np.ones(SLOTS_PER_DAY)):
-            episode = index.replay_episode(ratios, budget)
-            _assert_same((episode.delivery, episode.cost, episode.wins), direct_replay(log, ratios, budget))
-            stepped = replay_day(index, ratios, budget)
-            np.testing.assert_array_equal(episode.auctions, [s.auctions[0] for s in stepped])
-    with pytest.raises(ValueError, match="48"):
-        index.replay_episode(np.ones(5))
-    with pytest.raises(ValueError, match="one traffic bucket"):
-        DayIndex(log, buckets=3).replay_episode(np.ones(SLOTS_PER_DAY))
 
 
 def test_reset_replays_identically() -> None:

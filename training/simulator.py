@@ -23,9 +23,6 @@ from training.market.schema import DayLog
 
 _EXACT_WINDOW = 1e-12
 """Relative half-width around a ratio inside which wins are checked with ``ratio*u > m`` itself."""
-_SLOT_NUMBERS = np.arange(SLOTS_PER_DAY)
-_EPISODE_WINDOW = 1e-9
-"""The same for :meth:`DayIndex.replay_episode`, wider because its mapped keys round more coarsely."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,6 @@ class DayIndex:
         self.prefix_delivery = self._segment_prefix(log.delivery[self.order])
         self.prefix_cost = self._segment_prefix(log.cost[self.order])
         self.auctions = np.diff(log.slot_offsets)
-        self._keys: np.ndarray | None = None
         self.bucket_auctions = np.diff(self.segment_offsets).reshape(SLOTS_PER_DAY, buckets)
         # Per-segment views, so a step does no slicing arithmetic: (critical, prefix_delivery, prefix_cost, order).
         bounds = zip(self.segment_offsets[:-1].tolist(), self.segment_offsets[1:].tolist(), strict=True)
@@ -141,57 +137,6 @@ class DayIndex:
             cost=np.sum([p.cost for p in parts], axis=0),
             wins=np.sum([p.wins for p in parts], axis=0),
         )
-
-    def replay_episode(self, ratios: np.ndarray, budget: float = np.inf) -> StepResult:
-        """One whole episode with fixed ratios in a single vectorized search: per-slot arrays of length 48.
-
-        Every slot's sorted critical ratios are mapped into one globally sorted key ``t + r / (1 + r)``,
-        so 48 binary searches become one ``searchsorted`` call. The key's rounding is far below the
-        (wider, ``1e-9``) window whose impressions are decided by ``ratio * u > m`` itself, so the
-        result is exactly :class:`BatchedReplay`'s. The budget stop is applied after the fact: slots
-        are summed in order and the slot where the spend would pass ``budget`` is scanned.
-        """
-        if self.buckets != 1:
-            raise ValueError("replay_episode needs a day indexed with one traffic bucket")
-        ratios = np.asarray(ratios, dtype=np.float64)
-        if ratios.shape != (SLOTS_PER_DAY,) or not (ratios.min() >= 0.0 and np.isfinite(ratios.max())):
-            raise ValueError(f"ratios must be {SLOTS_PER_DAY} finite values >= 0")
-        if self._keys is None:  # built on first use: 8 more bytes per impression
-            slot_of_sorted = np.repeat(np.arange(SLOTS_PER_DAY), self.auctions)
-            self._keys = slot_of_sorted + self.critical / (1.0 + self.critical)
-        t = _SLOT_NUMBERS
-        low, high = ratios * (1.0 - _EPISODE_WINDOW), ratios * (1.0 + _EPISODE_WINDOW)
-        high_keys = t + high / (1.0 + high)
-        # Keys of slot t lie in [t, t + 1) and ratios <= 4 map below t + 0.8, so each search lands in its slot.
-        sure = self._keys.searchsorted(t + low / (1.0 + low), side="left")
-        delivery = self.prefix_delivery[sure + t]
-        cost = self.prefix_cost[sure + t]
-        wins = sure - self.segment_offsets[:-1]
-        # The window's far edge is searched only where an impression sits inside it (rarely): one search, not two.
-        following = self._keys[np.minimum(sure, self._keys.shape[0] - 1)]
-        near = (sure < self.segment_offsets[1:]) & (following <= high_keys)
-        for slot in np.flatnonzero(near):
-            edge = int(self._keys.searchsorted(high_keys[slot], side="right"))
-            rows = self.order[sure[slot] : edge]
-            won = ratios[slot] * self.log.utility[rows] > self.log.market_price[rows]
-            delivery[slot] += self.log.delivery[rows][won].sum()
-            cost[slot] += self.log.cost[rows][won].sum()
-            wins[slot] += int(won.sum())
-        auctions = self.auctions.copy()
-        spent = np.cumsum(cost) if budget < np.inf else None
-        if spent is not None and spent[-1] > budget:  # the budget stop: the slot where it bites is scanned
-            stop = int(np.flatnonzero(spent > budget)[0])
-            before = float(spent[stop - 1]) if stop else 0.0
-            scan = self.slot_scan(stop, ratios[stop], budget - before)
-            delivery[stop], cost[stop], wins[stop], auctions[stop] = (
-                scan.delivery.sum(),
-                scan.total_cost,
-                scan.wins.sum(),
-                scan.auctions.sum(),
-            )
-            if scan.exhausted:
-                delivery[stop + 1 :] = cost[stop + 1 :] = wins[stop + 1 :] = auctions[stop + 1 :] = 0
-        return StepResult(delivery=delivery, cost=cost, wins=wins, auctions=auctions)
 
     def slot_scan(self, t: int, ratio: float | np.ndarray, remaining_budget: float) -> ScanOutcome:
         """Arrival-order replay of slot ``t`` under a budget.
@@ -377,29 +322,3 @@ def replay_totals(index: DayIndex, ratios: np.ndarray, budget: float = np.inf) -
         delivery += float(slot.delivery[0])
         cost += float(slot.cost[0])
     return delivery, cost
-
-
-def direct_replay(
-    log: DayLog, ratios: np.ndarray, budget: float = np.inf, bucket: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The O(impressions) reference: per-slot (delivery, cost, wins) by walking every impression.
-
-    ``ratios`` is ``(48,)``, or ``(48, buckets)`` with ``bucket`` giving each row's traffic bucket
-    (:attr:`DayIndex.bucket`). Used by tests and benchmarks to check :class:`BatchedReplay`.
-    """
-    ratios = np.asarray(ratios, dtype=np.float64)
-    delivery = np.zeros(SLOTS_PER_DAY)
-    cost = np.zeros(SLOTS_PER_DAY)
-    wins = np.zeros(SLOTS_PER_DAY, dtype=np.int64)
-    spent = 0.0
-    for t in range(SLOTS_PER_DAY):
-        for i in range(int(log.slot_offsets[t]), int(log.slot_offsets[t + 1])):
-            ratio = ratios[t] if bucket is None else ratios[t, bucket[i]]
-            if ratio * log.utility[i] > log.market_price[i]:
-                if spent + log.cost[i] > budget:
-                    return delivery, cost, wins
-                spent += log.cost[i]
-                delivery[t] += log.delivery[i]
-                cost[t] += log.cost[i]
-                wins[t] += 1
-    return delivery, cost, wins
