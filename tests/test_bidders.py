@@ -22,7 +22,7 @@ from training.dayset import DaySet
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 from training.market.schema import DayLog
-from training.simulator import DayIndex, StepResult
+from training.simulator import DayIndex, SlotResult
 
 MODULES = {"rm": rm, "pid": pid, "cem": cem}
 FLAT_PROFILE = np.full(SLOTS_PER_DAY, 1.0 / SLOTS_PER_DAY)
@@ -57,7 +57,7 @@ class Spy(Bidder):
         self.traffic_buckets = inner.traffic_buckets
         self.calls: list[tuple[str, tuple[type, ...], tuple[str, ...]]] = []
         self.bids: list[np.ndarray] = []
-        self.results: list[StepResult] = []
+        self.results: list[SlotResult] = []
         self.future_leaks: list[int] = []
         self.registration: Registration | None = None
 
@@ -89,7 +89,7 @@ class Spy(Bidder):
 
 
 def assert_only_live_information(spy: Spy) -> None:
-    """``play`` handed the bidder a Registration and a seed, then Histories and StepResults, nothing else."""
+    """``play`` handed the bidder a Registration and a seed, then Histories and SlotResults, nothing else."""
     assert spy.calls[0] == ("start", (Registration, int), ())
     rest = spy.calls[1:]
     assert len(rest) == 2 * SLOTS_PER_DAY
@@ -98,9 +98,9 @@ def assert_only_live_information(spy: Spy) -> None:
         if k % 2 == 0:
             assert (name, types) == ("bid", (History,))
         else:
-            assert (name, types) == ("observe", (History, StepResult))
+            assert (name, types) == ("observe", (History, SlotResult))
     for result in spy.results:
-        assert result.by_bucket is None or type(result.by_bucket) is StepResult
+        assert result.by_bucket is None or type(result.by_bucket) is SlotResult
     assert spy.future_leaks == [], f"history already filled for future slots at bids {spy.future_leaks}"
 
 
@@ -212,7 +212,7 @@ def twin_days(day: int = 7) -> tuple[DayLog, DayLog]:
 @pytest.mark.parametrize("method", ["rm", "pid", "cem"])
 def test_bidders_never_see_the_rest_of_the_day(method: str):
     """Same past, different future: ratios up to and including slot 24 are identical, because slot 24's ratio
-    is decided before slot 24 is observed. Play only ever passes Registration, History and StepResult."""
+    is decided before slot 24 is observed. Play only ever passes Registration, History and SlotResult."""
     a, b = twin_days()
     half = SLOTS_PER_DAY // 2
     spent_at_two = float(a.cost[2.0 * a.utility > a.market_price].sum())

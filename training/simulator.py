@@ -27,7 +27,8 @@ _EXACT_WINDOW = 1e-12
 
 @dataclass(frozen=True)
 class SlotOutcome:
-    """What bidding ``ratio`` over a slot won, without any budget (arrays over the queried ratios)."""
+    """What bidding each queried ratio over a whole slot (or segment) wins, without any budget: arrays over the
+    ratios. Per-episode results of a replay step are :class:`SlotResult`."""
 
     delivery: np.ndarray
     cost: np.ndarray
@@ -179,8 +180,10 @@ class ScanOutcome:
 
 
 @dataclass
-class StepResult:
-    """Per-episode aggregates of one slot: the only things a bidder observes (partial observability).
+class SlotResult:
+    """One slot's outcome for a batch of ``n`` episodes, as :meth:`BatchedReplay.step` returns it: per-episode
+    arrays ``(n,)`` of what each won in the slot, the only things a bidder observes (partial observability).
+    (:class:`SlotOutcome`, by contrast, is a whole slot bid at several ratios: no episodes, no budget.)
 
     After a bucketed step (ratios of shape ``(n, buckets)``), ``by_bucket`` holds the same four
     statistics per traffic bucket, shape ``(n, buckets)``: what each share of the traffic won.
@@ -190,7 +193,7 @@ class StepResult:
     cost: np.ndarray
     wins: np.ndarray
     auctions: np.ndarray
-    by_bucket: StepResult | None = None
+    by_bucket: SlotResult | None = None
 
 
 class BatchedReplay:
@@ -231,7 +234,7 @@ class BatchedReplay:
     def done(self) -> bool:
         return self.slot >= SLOTS_PER_DAY
 
-    def step(self, ratios: np.ndarray) -> StepResult:
+    def step(self, ratios: np.ndarray) -> SlotResult:
         """Bid for every episode over the current slot; advance to the next slot.
 
         ``ratios`` is ``(n,)`` (one ratio per episode) or ``(n, buckets)`` (one per traffic bucket, with
@@ -289,11 +292,11 @@ class BatchedReplay:
         return out
 
     @staticmethod
-    def _zeros(shape: int | tuple[int, int]) -> StepResult:
-        return StepResult(np.zeros(shape), np.zeros(shape), np.zeros(shape, dtype=np.int64), np.zeros(shape, np.int64))
+    def _zeros(shape: int | tuple[int, int]) -> SlotResult:
+        return SlotResult(np.zeros(shape), np.zeros(shape), np.zeros(shape, dtype=np.int64), np.zeros(shape, np.int64))
 
     @staticmethod
-    def _bucketed_outcome(index: DayIndex, t: int, active: np.ndarray, ratios: np.ndarray, out: StepResult) -> None:
+    def _bucketed_outcome(index: DayIndex, t: int, active: np.ndarray, ratios: np.ndarray, out: SlotResult) -> None:
         by = out.by_bucket
         assert by is not None
         for b in range(index.buckets):
@@ -308,7 +311,7 @@ class BatchedReplay:
         out.auctions[active] = by.auctions[active].sum(axis=1)
 
 
-def replay_day(index: DayIndex, ratios: np.ndarray, budget: float = np.inf) -> list[StepResult]:
+def replay_day(index: DayIndex, ratios: np.ndarray, budget: float = np.inf) -> list[SlotResult]:
     """Replay one episode with 48 fixed ratios; the per-slot results in order."""
     env = BatchedReplay([index], np.zeros(1, dtype=np.int64), np.array([budget]))
     return [env.step(np.array([r])) for r in np.asarray(ratios, dtype=np.float64)]

@@ -17,7 +17,7 @@ import numpy as np
 
 from model.contract import RATIO_MAX, RATIO_MIN
 from model.history import History, Registration
-from training.simulator import BatchedReplay, DayIndex, StepResult
+from training.simulator import BatchedReplay, DayIndex, SlotResult
 
 
 class Bidder(ABC):
@@ -34,7 +34,7 @@ class Bidder(ABC):
     def bid(self, history: History) -> np.ndarray:
         """Ratios for slot ``history.slot``: ``(n,)``, or ``(n, traffic_buckets)``, within [0, 4]."""
 
-    def observe(self, history: History, result: StepResult) -> None:  # noqa: B027 - optional hook
+    def observe(self, history: History, result: SlotResult) -> None:  # noqa: B027 - optional hook
         """The slot just bid is over; ``history`` already holds it. ``result.by_bucket`` after a bucketed bid."""
 
     def params(self) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def play(
     return Outcome(delivery=env.delivery.copy(), cost=env.cost.copy(), history=history)
 
 
-def _traffic_weighted(ratios: np.ndarray, result: StepResult) -> np.ndarray:
+def _traffic_weighted(ratios: np.ndarray, result: SlotResult) -> np.ndarray:
     assert result.by_bucket is not None
     weights = result.by_bucket.auctions.astype(np.float64)
     total = weights.sum(axis=1)

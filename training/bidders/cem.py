@@ -28,7 +28,7 @@ from model.history import History, Registration
 from training.bidders.base import Bidder
 from training.bidders.tuning import best_of, candidate_scores, log_uniform
 from training.dayset import DaySet
-from training.simulator import StepResult
+from training.simulator import SlotResult
 
 TRAFFIC_BUCKETS = 20
 """Traffic shares of 5% each; ``explore`` of them explore."""
@@ -76,7 +76,7 @@ class CEM(Bidder):
         self.last_log_ratios = log_ratios
         return np.exp(log_ratios)
 
-    def observe(self, history: History, result: StepResult) -> None:
+    def observe(self, history: History, result: SlotResult) -> None:
         by = result.by_bucket
         assert by is not None, "CEM bids per traffic bucket"
         registration = history.registration
