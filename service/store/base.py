@@ -88,6 +88,10 @@ class EpisodeStore(Protocol):
         """Forget the campaign's state (no error if it has none)."""
         ...
 
+    async def campaigns(self, limit: int = 200) -> list[str]:
+        """Up to ``limit`` campaign ids that have a state, sorted (for status pages; a scan, not for hot paths)."""
+        ...
+
     async def ping(self) -> bool:
         """Whether the store answers within its timeout; ``False`` rather than an exception when it does not."""
         ...

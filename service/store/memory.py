@@ -76,6 +76,9 @@ class MemoryStore:
     async def ping(self) -> bool:
         return True
 
+    async def campaigns(self, limit: int = 200) -> list[str]:
+        return sorted(self._states)[:limit]
+
     async def subscribe(self, on_update: UpdateCallback) -> None:
         self._subscribers.append(on_update)
 

@@ -223,6 +223,20 @@ class RedisStore:
         if await self._call("delete", lambda: self._client.delete(key)):
             await self._call("delete", lambda: self._client.publish(self.channel, campaign))
 
+    async def campaigns(self, limit: int = 200) -> list[str]:
+        """Up to ``limit`` campaign ids with a state, sorted (a SCAN: for status pages, not for the hot path)."""
+        start = len(self.prefix) + 2  # "{prefix}:{" ... "}"
+
+        async def scan() -> list[str]:
+            found: set[str] = set()
+            async for key in self._client.scan_iter(match=f"{self.prefix}:{{*}}", count=1000):
+                found.add(key.decode()[start:-1])
+                if len(found) >= limit:
+                    break
+            return sorted(found)
+
+        return await self._call("campaigns", scan)
+
     async def ping(self) -> bool:
         try:
             return bool(await self._call("ping", self._client.ping))

@@ -360,3 +360,13 @@ async def test_bad_arguments_are_refused_before_any_io() -> None:
         await store.register("c1", DAY, "not bytes")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         await open_store("redis://127.0.0.1:1/0", prefix="has{brace}")
+
+
+@pytest.mark.anyio
+async def test_campaigns_lists_the_stored_ones(store: EpisodeStore) -> None:
+    names = [f"list-{i:03d}" for i in range(30)]
+    for name in names:
+        await store.register(name, "e1", b"x")
+    await store.delete(names[0])
+    assert await store.campaigns(limit=1000) == names[1:]
+    assert len(await store.campaigns(limit=5)) == 5
