@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.features import N_FEATURES
 from model.history import Registration
 from training.agents.networks import PREV_RATIO, TanhGaussianPolicy, TwinQ
-from training.agents.sac import EpisodeBuffer, PolicyBidder, SACAgent, SACConfig, split_validation
+from training.agents.sac import OPTIMIZERS, EpisodeBuffer, PolicyBidder, SACAgent, SACConfig, split_validation
 from training.bidders.base import play
 from training.curriculum import PAPER_CURRICULUM, stage_at
 from training.rewards import curriculum_reward, indicator_reward
@@ -86,18 +87,18 @@ def test_buffer_relabels_rewards_with_the_current_stage():
     assert buffer.size == 3
     stage = stage_at(0, PAPER_CURRICULUM)
     batch = buffer.sample(np.random.default_rng(0), 64, stage)
-    assert batch["obs"].shape == (64, N_FEATURES) and batch["next_obs"].shape == (64, N_FEATURES)
+    assert batch.obs.shape == (64, N_FEATURES) and batch.next_obs.shape == (64, N_FEATURES)
     # Recompute by hand for every sampled transition: the reward is the stage's reward of that (episode, slot).
     dense = curriculum_reward(buffer.delivery, buffer.cost, buffer.roi_target, buffer.budget, buffer.oracle, b=0.1)
     sparse = indicator_reward(buffer.delivery, buffer.cost, buffer.roi_target, buffer.budget, buffer.oracle)
     rng = np.random.default_rng(0)
     episode = np.repeat(rng.integers(0, 3, 4), 16)  # 4 episodes, 16 transitions each
     slot = rng.integers(0, SLOTS_PER_DAY, 64)
-    np.testing.assert_array_equal(batch["row"].numpy(), np.repeat(np.arange(4), 16))
-    np.testing.assert_allclose(batch["reward"].numpy(), dense[episode, slot], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(batch.episode.numpy(), np.repeat(np.arange(4), 16))
+    np.testing.assert_allclose(batch.reward.numpy(), dense[episode, slot], rtol=1e-6, atol=1e-7)
     later = buffer.sample(np.random.default_rng(0), 64, stage_at(6, PAPER_CURRICULUM))
-    np.testing.assert_allclose(later["reward"].numpy(), sparse[episode, slot], rtol=1e-6, atol=1e-7)
-    assert torch.equal(later["done"], torch.as_tensor(slot == SLOTS_PER_DAY - 1, dtype=torch.float32))
+    np.testing.assert_allclose(later.reward.numpy(), sparse[episode, slot], rtol=1e-6, atol=1e-7)
+    assert torch.equal(later.done, torch.as_tensor(slot == SLOTS_PER_DAY - 1, dtype=torch.float32))
 
 
 def test_n_step_returns_sum_discounted_rewards_and_bootstrap_n_slots_ahead():
@@ -113,10 +114,10 @@ def test_n_step_returns_sum_discounted_rewards_and_bootstrap_n_slots_ahead():
         e, t = episode[k], slot[k]
         end = min(t + n, SLOTS_PER_DAY)
         expected = sum(gamma ** (i - t) * dense[e, i] for i in range(t, end))
-        assert float(batch["reward"][k]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
-        np.testing.assert_array_equal(batch["next_obs"][k].numpy(), buffer.obs[e, end])
-        assert bool(batch["done"][k]) == (end == SLOTS_PER_DAY)
-        assert float(batch["discount"][k]) == pytest.approx(gamma ** (end - t))
+        assert float(batch.reward[k]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+        np.testing.assert_array_equal(batch.next_obs[k].numpy(), buffer.obs[e, end])
+        assert bool(batch.done[k]) == (end == SLOTS_PER_DAY)
+        assert float(batch.discount[k]) == pytest.approx(gamma ** (end - t))
 
 
 def test_updates_fit_the_critic_and_are_seeded():
@@ -126,11 +127,34 @@ def test_updates_fit_the_critic_and_are_seeded():
     runs = []
     for _ in range(2):  # one after the other: the policy's noise comes from torch's seeded global generator
         agent = SACAgent(SACConfig(seed=3, hidden=32))
-        runs.append([agent.update(batch)[0] for _ in range(60)])
+        runs.append([agent.update(batch).critic_loss for _ in range(60)])
     losses = np.array(runs)
     np.testing.assert_array_equal(losses[0], losses[1])  # same seed, same batch: same trajectory
     assert losses[0, -5:].mean() < losses[0, :5].mean()  # the critic fits the fixed batch
     assert agent.updates == 60
+
+
+def test_agent_state_round_trips_by_name_and_loads_positional_checkpoints():
+    buffer = _filled_buffer()
+    batch = buffer.sample(np.random.default_rng(1), 64, stage_at(6, PAPER_CURRICULUM))
+    config = SACConfig(seed=3, hidden=32)
+    trained = SACAgent(config)
+    for _ in range(3):
+        trained.update(batch)
+    state = trained.state_dict()
+    assert list(state["optimizers"]) == list(OPTIMIZERS) == list(state["schedulers"])
+    # Checkpoints written before the optimizers had names list them in OPTIMIZERS order.
+    positional = {**state, "optimizers": [state["optimizers"][n] for n in OPTIMIZERS]}
+    positional["schedulers"] = [state["schedulers"][n] for n in OPTIMIZERS]
+    resumed = []
+    for saved in (state, positional):
+        agent = SACAgent(config)
+        agent.load_state(copy.deepcopy(saved))  # Adam adopts the loaded moment tensors and updates them in place
+        assert agent.updates == 3
+        resumed.append([agent.update(batch).critic_loss for _ in range(3)])
+    assert resumed[0] == resumed[1]
+    with pytest.raises(ValueError, match="optimizers"):
+        SACAgent(config).load_state({**state, "optimizers": positional["optimizers"][:2]})
 
 
 def test_config_and_validation_split():

@@ -117,20 +117,8 @@ def run_training(
 
 
 def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
-    return {
-        "next_epoch": next_epoch,
-        "actor": agent.actor.state_dict(),
-        "critic": agent.critic.state_dict(),
-        "critic_target": agent.critic_target.state_dict(),
-        "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
-        "log_alpha": agent.log_alpha.detach().clone(),
-        "optimizers": [o.state_dict() for o in agent.optimizers],
-        "schedulers": [s.state_dict() for s in agent.schedulers],
-        "updates": agent.updates,
-        "multiplier": agent.multiplier,
-        "curriculum_b": agent.curriculum_b,
-        "torch_rng": torch.get_rng_state(),
-    }
+    """A resumable checkpoint: :meth:`SACAgent.state_dict` and the epoch to resume at."""
+    return {"next_epoch": next_epoch, **agent.state_dict()}
 
 
 def write_curves(history: list[dict[str, Any]], out: Path) -> None:

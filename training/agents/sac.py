@@ -29,7 +29,7 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -193,6 +193,44 @@ class PolicyBidder(Bidder):
         return ratio.numpy().astype(np.float64)
 
 
+class Batch(NamedTuple):
+    """``B`` sampled transitions ``(o_t, a_t, R_t, o_{t+n}, done, discount)`` of :meth:`EpisodeBuffer.sample`, drawn
+    ``per_episode`` at a time from ``E = B // per_episode`` episodes (SB3's ``ReplayBufferSamples``)."""
+
+    steps: torch.Tensor
+    """``(E, T, transition dim)``: each sampled episode's transitions, read once by CBRL's encoder."""
+    episode: torch.Tensor
+    """``(B,)``: which of :attr:`steps`' episodes each transition is from."""
+    slot: torch.Tensor
+    """``(B,)``: the transition's slot ``t`` (also the slots seen before it: the encoder's prefix length)."""
+    obs: torch.Tensor
+    """``(B, F)``: ``o_t``."""
+    ratio: torch.Tensor
+    """``(B,)``: the ratio bid in slot ``t``."""
+    reward: torch.Tensor
+    """``(B,)``: the ``n``-step return ``R_t`` under the stage sampled with."""
+    next_obs: torch.Tensor
+    """``(B, F)``: ``o_{t+n}``, the observation the return bootstraps from (``o_T`` at the day's end)."""
+    done: torch.Tensor
+    """``(B,)``: 1 when the day ended before ``t + n``."""
+    discount: torch.Tensor
+    """``(B,)``: ``gamma^n``, the bootstrap's weight (fewer steps when the day ends first)."""
+
+
+class UpdateStats(NamedTuple):
+    """What one :meth:`SACAgent.update` measured."""
+
+    critic_loss: float
+    actor_loss: float
+    """NaN on a critic-only step."""
+    entropy: float
+    """The policy's entropy estimate ``-mean log pi``; NaN on a critic-only step."""
+
+
+OPTIMIZERS: tuple[str, ...] = ("actor", "critic", "alpha")
+"""The agent's optimizers by name; checkpoints before names existed list them in this order."""
+
+
 class EpisodeBuffer:
     """Whole episodes: features before every slot (and after the last), ratios, slot stats, constraints, D*."""
 
@@ -230,39 +268,39 @@ class EpisodeBuffer:
         per_episode: int = 16,
         n_step: int = 1,
         gamma: float = 0.99,
-    ) -> dict[str, torch.Tensor]:
+    ) -> Batch:
         """``batch`` transitions ``(o_t, a_t, R_t, o_{t+n}, done, discount)`` with rewards under ``stage``.
 
         ``R_t = sum_{k<n} gamma^k r_{t+k}`` is the ``n``-step return, cut at the day's end; ``o_{t+n}`` the
         observation it bootstraps from and ``discount = gamma^n`` its weight (``done`` when the day ended
         first). They come ``per_episode`` at a time from ``batch // per_episode`` episodes, so CBRL's encoder
-        reads each sampled episode once (``steps``) and ``row`` says which episode a transition is from.
+        reads each sampled episode once (``steps``) and ``episode`` says which of them a transition is from.
         """
         groups = max(1, batch // per_episode)
         chosen = rng.integers(0, self.size, groups)
-        row = np.repeat(np.arange(groups), per_episode)
-        episode = chosen[row]
+        group = np.repeat(np.arange(groups), per_episode)  # which sampled episode, per transition
+        episode = chosen[group]  # its index in the buffer
         slot = rng.integers(0, SLOTS_PER_DAY, groups * per_episode)
         stats = (self.delivery, self.cost, self.roi_target, self.budget, self.oracle)
         rewards = stage.rewards(*(x[chosen] for x in stats))
         ahead = slot[:, None] + np.arange(n_step)[None, :]  # the slots an n-step return sums
         inside = ahead < SLOTS_PER_DAY
         returns = (
-            rewards[row[:, None], np.minimum(ahead, SLOTS_PER_DAY - 1)] * inside * gamma ** np.arange(n_step)
+            rewards[group[:, None], np.minimum(ahead, SLOTS_PER_DAY - 1)] * inside * gamma ** np.arange(n_step)
         ).sum(1)
         bootstrap = np.minimum(slot + n_step, SLOTS_PER_DAY)
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
-        return {
-            "steps": torch.as_tensor(transitions(self.obs[chosen], self.ratios[chosen])),
-            "row": torch.as_tensor(row),
-            "seen": torch.as_tensor(slot),
-            "obs": as_tensor(self.obs[episode, slot]),
-            "ratio": as_tensor(self.ratios[episode, slot]),
-            "reward": as_tensor(returns),
-            "next_obs": as_tensor(self.obs[episode, bootstrap]),
-            "done": as_tensor(bootstrap == SLOTS_PER_DAY),
-            "discount": as_tensor(gamma ** (bootstrap - slot)),
-        }
+        return Batch(
+            steps=torch.as_tensor(transitions(self.obs[chosen], self.ratios[chosen])),
+            episode=torch.as_tensor(group),
+            slot=torch.as_tensor(slot),
+            obs=as_tensor(self.obs[episode, slot]),
+            ratio=as_tensor(self.ratios[episode, slot]),
+            reward=as_tensor(returns),
+            next_obs=as_tensor(self.obs[episode, bootstrap]),
+            done=as_tensor(bootstrap == SLOTS_PER_DAY),
+            discount=as_tensor(gamma ** (bootstrap - slot)),
+        )
 
 
 @dataclass
@@ -300,28 +338,49 @@ class SACAgent:
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.full((1,), float(np.log(config.initial_alpha)), requires_grad=True)
         self.target_entropy = config.target_entropy
-        self.optimizers = [
-            torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate, foreach=True),
-            # The encoder learns through the critic's loss (the ELBO of Eq. 8), so it shares that optimizer.
-            torch.optim.Adam(
-                [*self.critic.parameters(), *(self.encoder.parameters() if self.encoder else [])],
-                lr=config.learning_rate,
-                foreach=True,
-            ),
-            torch.optim.Adam([self.log_alpha], lr=config.learning_rate),
-        ]
-        self.schedulers = [
-            torch.optim.lr_scheduler.MultiStepLR(o, milestones=list(config.lr_milestones), gamma=0.5)
-            for o in self.optimizers
-        ]
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate, foreach=True)
+        # The encoder learns through the critic's loss (the ELBO of Eq. 8), so it shares that optimizer.
+        self.critic_optimizer = torch.optim.Adam(
+            [*self.critic.parameters(), *(self.encoder.parameters() if self.encoder else [])],
+            lr=config.learning_rate,
+            foreach=True,
+        )
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate)
+        self.optimizers: dict[str, torch.optim.Optimizer] = {
+            "actor": self.actor_optimizer,
+            "critic": self.critic_optimizer,
+            "alpha": self.alpha_optimizer,
+        }
+        """By name (:data:`OPTIMIZERS`), as checkpoints hold them."""
+        self.schedulers = {
+            name: torch.optim.lr_scheduler.MultiStepLR(o, milestones=list(config.lr_milestones), gamma=0.5)
+            for name, o in self.optimizers.items()
+        }
         self.updates = 0
         self.multiplier = config.rcpo_multiplier
         """RCPO's current Lagrange multiplier (checkpointed; unused by the other algos)."""
         self.curriculum_b: dict[str, float] = {}
         """The automated curriculum's learned ``b_k`` (checkpointed; empty unless it is on)."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint holds to resume training, by name (the inverse of :meth:`load_state`)."""
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "encoder": self.encoder.state_dict() if self.encoder is not None else None,
+            "log_alpha": self.log_alpha.detach().clone(),
+            "optimizers": {name: o.state_dict() for name, o in self.optimizers.items()},
+            "schedulers": {name: s.state_dict() for name, s in self.schedulers.items()},
+            "updates": self.updates,
+            "multiplier": self.multiplier,
+            "curriculum_b": self.curriculum_b,
+            "torch_rng": torch.get_rng_state(),
+        }
+
     def load_state(self, state: dict[str, Any]) -> None:
-        """Restore what :func:`training.train.agent_state` saved."""
+        """Restore what :meth:`state_dict` saved (also older checkpoints, whose optimizers and schedules are
+        lists in :data:`OPTIMIZERS` order). ``multiplier`` is restored by :func:`train`, which owns the dual."""
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
@@ -329,68 +388,78 @@ class SACAgent:
             self.encoder.load_state_dict(state["encoder"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
-            optimizer.load_state_dict(saved)
-        for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
-            scheduler.load_state_dict(saved)
+        for parts, key in ((self.optimizers, "optimizers"), (self.schedulers, "schedulers")):
+            saved = _by_name(state[key])
+            if saved.keys() != parts.keys():
+                raise ValueError(f"checkpoint {key} are {sorted(saved)}, expected {sorted(parts)}")
+            for name, part in parts.items():
+                part.load_state_dict(saved[name])
         self.updates = int(state["updates"])
         self.curriculum_b = dict(state.get("curriculum_b") or {})
         torch.set_rng_state(state["torch_rng"])
 
-    def update(self, batch: dict[str, torch.Tensor], train_actor: bool = True) -> tuple[float, float, float]:
+    def update(self, batch: Batch, train_actor: bool = True) -> UpdateStats:
         """One SAC step (Haarnoja et al.; CleanRL's ordering): critics, actor, temperature, targets.
 
         Returns the critic loss, the actor loss and the policy's entropy estimate ``-mean log pi`` (NaN
         for both when ``train_actor`` is off: a critic-only step, see ``SACConfig.stage_refit_updates``).
         """
-        actor_opt, critic_opt, alpha_opt = self.optimizers
         alpha = self.log_alpha.exp().detach()
-        obs, next_obs = batch["obs"], batch["next_obs"]
+        obs, next_obs = batch.obs, batch.next_obs
         kl = torch.zeros(())
         if self.encoder is not None:
             # z ~ q(z | tau_t) (reparameterized), shared by o_t and the bootstrap o_{t+n}, as in Eq. 8's target.
-            every_mean, every_std = self.encoder.every_prefix(batch["steps"])  # one pass per sampled episode
-            mean, std = every_mean[batch["row"], batch["seen"]], every_std[batch["row"], batch["seen"]]
+            every_mean, every_std = self.encoder.every_prefix(batch.steps)  # one pass per sampled episode
+            mean, std = every_mean[batch.episode, batch.slot], every_std[batch.episode, batch.slot]
             z = mean + std * torch.randn_like(std)
             kl = kl_to_standard_normal(mean, std).mean()
             obs, next_obs = torch.cat([obs, z], dim=1), torch.cat([next_obs, z.detach()], dim=1)
         with torch.no_grad():
             _, next_action, next_log_prob = self.actor.sample(next_obs)
             target_q = torch.min(*self.critic_target(next_obs, next_action)) - alpha * next_log_prob
-            y = self.config.reward_scale * batch["reward"] + (1 - batch["done"]) * batch["discount"] * target_q
-        q1, q2 = self.critic(obs, self.actor.to_action(obs, batch["ratio"]))
+            y = self.config.reward_scale * batch.reward + (1 - batch.done) * batch.discount * target_q
+        q1, q2 = self.critic(obs, self.actor.to_action(obs, batch.ratio))
         critic_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y) + self.config.kl_weight * kl
-        critic_opt.zero_grad()
+        self.critic_optimizer.zero_grad()
         critic_loss.backward()
-        critic_opt.step()
+        self.critic_optimizer.step()
         if not train_actor:
             self._follow_targets()
-            return float(critic_loss.detach()), float("nan"), float("nan")
+            return UpdateStats(float(critic_loss.detach()), float("nan"), float("nan"))
 
         obs = obs.detach()  # the actor does not train the encoder
         _, action, log_prob = self.actor.sample(obs)
         q1_pi, q2_pi = self.critic(obs, action)
         q_pi = 0.5 * (q1_pi + q2_pi) if self.config.actor_mean_q else torch.min(q1_pi, q2_pi)
         actor_loss = (alpha * log_prob - q_pi).mean()
-        actor_opt.zero_grad()
+        self.actor_optimizer.zero_grad()
         actor_loss.backward()
-        actor_opt.step()
+        self.actor_optimizer.step()
 
         alpha_loss = -(self.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
-        alpha_opt.zero_grad()
+        self.alpha_optimizer.zero_grad()
         alpha_loss.backward()
-        alpha_opt.step()
+        self.alpha_optimizer.step()
         self._follow_targets()
-        return float(critic_loss.detach()), float(actor_loss.detach()), float(-log_prob.detach().mean())
+        return UpdateStats(float(critic_loss.detach()), float(actor_loss.detach()), float(-log_prob.detach().mean()))
 
     def _follow_targets(self) -> None:
         """Polyak-average the target critics, step the learning-rate schedules, count the update."""
         with torch.no_grad():
             for target, source in zip(self.critic_target.parameters(), self.critic.parameters(), strict=True):
                 target.lerp_(source, self.config.tau)
-        for scheduler in self.schedulers:
+        for scheduler in self.schedulers.values():
             scheduler.step()
         self.updates += 1
+
+
+def _by_name(saved: dict[str, Any] | list[Any]) -> dict[str, Any]:
+    """A checkpoint's optimizers (or schedules) by name; older checkpoints list them in :data:`OPTIMIZERS` order."""
+    if isinstance(saved, dict):
+        return saved
+    if len(saved) != len(OPTIMIZERS):
+        raise ValueError(f"checkpoint lists {len(saved)} optimizers, expected {len(OPTIMIZERS)}")
+    return dict(zip(OPTIMIZERS, saved, strict=True))
 
 
 def split_validation(train: DaySet, fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -469,15 +538,13 @@ def train(
         refit = (
             config.stage_refit_updates if epoch > 0 and stage.name != stage_at(epoch - 1, config.curriculum).name else 0
         )
-        losses = np.array(
-            [
-                agent.update(
-                    buffer.sample(rng, config.batch_size, stage, n_step=n_step, gamma=config.gamma),
-                    train_actor=step >= refit,
-                )
-                for step in range(refit + config.updates_per_epoch)
-            ]
-        )
+        stats = [
+            agent.update(
+                buffer.sample(rng, config.batch_size, stage, n_step=n_step, gamma=config.gamma),
+                train_actor=step >= refit,
+            )
+            for step in range(refit + config.updates_per_epoch)
+        ]
         greedy = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder)
         train_outcome, _ = play_days(greedy, days, train_days, 1, seed=0)
         validation_outcome, _ = play_days(greedy, days, validation_days, 1, seed=0)
@@ -488,10 +555,10 @@ def train(
             updates=agent.updates,
             train_score=score(train_outcome, days, train_days),
             validation_score=score(validation_outcome, days, validation_days),
-            critic_loss=float(losses[:, 0].mean()),
-            actor_loss=float(np.nanmean(losses[:, 1])),
+            critic_loss=float(np.mean([s.critic_loss for s in stats])),
+            actor_loss=float(np.nanmean([s.actor_loss for s in stats])),
             alpha=float(agent.log_alpha.detach().exp()),
-            entropy=float(np.nanmean(losses[:, 2])),
+            entropy=float(np.nanmean([s.entropy for s in stats])),
             seconds=time.perf_counter() - started,
         )
         logs.append(log)
