@@ -1,0 +1,579 @@
+"""The bidding service over HTTP: capacity and latency against the bare floor, stores, workers, slot boundaries.
+
+    .venv/bin/python benchmarks/bench_service.py            # ~10 minutes
+    .venv/bin/python benchmarks/bench_service.py --quick    # ~4 minutes, fewer repeats and 2,000 campaigns in (5)
+
+Every server is pinned to CPU 0 (with its redis-server processes), the open-loop generator (``loadtest``) to CPU 1.
+Capacity = the highest rate (requests/s) whose run has no error, p99 <= 50 ms and a throughput >= 97% of the rate:
+a coarse x1.25 ladder, then bisection between the last passing and the first failing rate. Floor and service are
+measured alternately in the same run; each figure is the median over the repeats, each ratio the median of the
+per-repeat ratios.
+
+1. JSON ``/v1/bid``, 1,000 utilities: floor vs service (memory store); service p99 at half its capacity.
+2. Binary ``/v1/bid`` (float32, 1,000 utilities): the same.
+3. Binary bids: service with memory, Redis, a 3-master Redis Cluster (one uvicorn worker each), and ``rcb serve
+   --workers 1/2`` on Redis (2 workers on CPU 0 alone, and on both CPUs, sharing CPU 1 with the generator).
+4. Single ``POST /v1/slot-update`` of slot 47 through Redis at 100/s, one per campaign: p50/p99.
+5. A 10,000-campaign slot boundary at slot 47 through Redis: the batch endpoint in one call and in chunks over a
+   few connections (wall time), and the ``mixed`` scenario (bid p99 during the burst vs outside it).
+
+For each measurement the background training (``rcb train``) is paused (SIGSTOP) and resumed after, also on
+errors (a watchdog process resumes it if this script is killed); a running pytest is waited for first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import orjson  # noqa: E402
+import redis  # noqa: E402
+
+from benchmarks.machine import describe_machine  # noqa: E402
+from loadtest.openloop import Stream, run_open_loop, summarize  # noqa: E402
+from loadtest.run_server import ServerProcess, free_port, pin_current_process, start_process, start_uvicorn  # noqa: E402
+from loadtest.scenarios import (  # noqa: E402
+    Target,
+    campaign_ids,
+    run_scenario,
+    setup_campaigns,
+    slot_batch_requests,
+    slot_update_requests,
+    slot_updates,
+)
+from model.state import CampaignState  # noqa: E402
+from tests.serving.redis_servers import RedisClusterProcs, RedisServer  # noqa: E402
+
+TRAIN = "rcb trai[n]"  # a regex: matches the training's command line, never a shell that names the pattern
+PYTEST = "[p]ytest"
+SLO_P99_MS = 50.0
+MIN_ACHIEVED = 0.97
+SERVER_CPU, CLIENT_CPU = 0, 1
+MODEL_DIR = ROOT / "models" / "default"
+LAST_SLOT = 47
+
+ROWS: list[tuple[str, str, str, str]] = []  # (measure, figure, target, load averages)
+
+
+def loadavg() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# -- the background training: paused during every measurement ---------------------------------------------------
+
+
+def wait_for_pytest(limit_s: float = 600.0) -> None:
+    deadline = time.monotonic() + limit_s
+    waited = False
+    while time.monotonic() < deadline:
+        if subprocess.run(["pgrep", "-f", PYTEST], capture_output=True).returncode != 0:
+            if waited:
+                log(f"  (pytest finished; load {loadavg()})")
+            return
+        if not waited:
+            log("  waiting for a running pytest to finish (at most 10 minutes)...")
+            waited = True
+        time.sleep(5)
+    log("  pytest still running after 10 minutes: measuring anyway (see the load averages)")
+
+
+@contextlib.contextmanager
+def training_paused() -> Iterator[None]:
+    wait_for_pytest()
+    subprocess.run(["pkill", "-STOP", "-f", TRAIN], capture_output=True)
+    try:
+        time.sleep(1.0)  # let the load settle a little
+        yield
+    finally:
+        subprocess.run(["pkill", "-CONT", "-f", TRAIN], capture_output=True)
+
+
+def start_watchdog() -> subprocess.Popen:
+    """Resumes the training if this process dies without its finally blocks (SIGKILL); bounded to 2 hours."""
+    script = (
+        f"i=0; while kill -0 {os.getpid()} 2>/dev/null && [ $i -lt 7200 ]; do sleep 1; i=$((i+1)); done; "
+        f"pkill -CONT -f '{TRAIN}'"
+    )
+    return subprocess.Popen(["sh", "-c", script], start_new_session=True)
+
+
+# -- servers -----------------------------------------------------------------------------------------------------
+
+
+def service_env(store: str) -> dict[str, str]:
+    return {"RCB_MODEL_DIR": str(MODEL_DIR), "RCB_STORE": store, "RCB_LOG_LEVEL": "WARNING"}
+
+
+def start_floor() -> ServerProcess:
+    return start_uvicorn("loadtest.floor:create_floor_app", cpu=SERVER_CPU, ready_path="/healthz")
+
+
+def start_service(store: str = "memory") -> ServerProcess:
+    return start_uvicorn("service.main:create_app", cpu=SERVER_CPU, ready_path="/readyz", env=service_env(store))
+
+
+def start_rcb_serve(store: str, workers: int, cpu: int | None) -> ServerProcess:
+    port = free_port()
+    rcb = str(Path(sys.executable).parent / "rcb")
+    cmd = [rcb, "serve", "--store", store, "--workers", str(workers), "--port", str(port), "--log-level", "warning"]
+    server = start_process(cmd, port, cpu=cpu, ready_path="/readyz", env=service_env(store), ready_timeout=60)
+    time.sleep(1.0 if workers > 1 else 0.2)  # /readyz answers from the first worker up: let the others finish
+    return server
+
+
+def pin(pid: int, cpu: int) -> None:
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(pid, {cpu})
+
+
+# -- capacity ------------------------------------------------------------------------------------------------------
+
+
+def step(scenario: str, url: str, rate: float, duration: float, campaigns: int, prefix: str = "c") -> dict:
+    res = run_scenario(
+        scenario,
+        url,
+        rate=rate,
+        duration=duration,
+        campaigns=campaigns,
+        campaign_prefix=prefix,
+        setup=False,
+        timeout=2.0,
+        drain_timeout=2.0,
+    )
+    s = res.summary["streams"]["bid"]
+    p99 = s["latency_ms"]["p99"]
+    ok = s["errors"] == 0 and p99 is not None and p99 <= SLO_P99_MS and (s["throughput"] or 0) >= MIN_ACHIEVED * rate
+    return {"rate": rate, "passed": ok, "p50": s["latency_ms"]["p50"], "p99": p99, "errors": s["errors"]}
+
+
+def capacity(
+    scenario: str, url: str, guess: float, duration: float, campaigns: int = 1000, bisect: int = 2, prefix: str = "c"
+) -> float:
+    """Highest passing rate: x1.25 up (or /1.25 down) from ``guess`` to a pass/fail pair, then ``bisect`` steps."""
+    lo = hi = None
+    rate = guess
+    for _ in range(12):
+        r = step(scenario, url, rate, duration, campaigns, prefix)
+        if r["passed"]:
+            lo = rate
+            if hi is not None:
+                break
+            rate = rate * 1.25
+        else:
+            hi = rate
+            time.sleep(0.5)  # let a saturated server drain its queue
+            if lo is not None:
+                break
+            rate = rate / 1.25
+        if rate < 50:
+            return 0.0
+    assert lo is not None and hi is not None
+    for _ in range(bisect):
+        mid = math.sqrt(lo * hi)
+        r = step(scenario, url, mid, duration, campaigns, prefix)
+        if r["passed"]:
+            lo = mid
+        else:
+            hi = mid
+            time.sleep(0.5)
+    return round(lo)
+
+
+def p99_at(scenario: str, url: str, rate: float, duration: float, campaigns: int = 1000) -> dict:
+    res = run_scenario(scenario, url, rate=rate, duration=duration, campaigns=campaigns, setup=False)
+    s = res.summary["streams"]["bid"]
+    return {"p50": s["latency_ms"]["p50"], "p99": s["latency_ms"]["p99"], "errors": s["errors"]}
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def floor_vs_service(scenario: str, label: str, guess: float, reps: int, duration: float, half_s: float) -> dict:
+    log(f"\n== {label}: floor vs service (memory store), {reps} alternating repeats ==")
+    with training_paused():
+        load = loadavg()
+        with start_floor() as floor, start_service("memory") as svc:
+            for server in (floor, svc):
+                setup_campaigns(server.url, campaign_ids(1000))
+            floor_caps, svc_caps, ratios = [], [], []
+            g_floor = g_svc = guess
+            for rep in range(reps):
+                order = [("floor", floor), ("service", svc)]
+                if rep % 2:
+                    order.reverse()
+                caps = {}
+                for name, server in order:
+                    g = g_floor if name == "floor" else g_svc
+                    caps[name] = capacity(scenario, server.url, g, duration)
+                    log(f"  rep {rep + 1}: {name:7s} capacity {caps[name]:,.0f}/s  (load {loadavg()})")
+                floor_caps.append(caps["floor"])
+                svc_caps.append(caps["service"])
+                ratios.append(caps["service"] / caps["floor"])
+                g_floor, g_svc = 0.9 * caps["floor"], 0.9 * caps["service"]
+            cap_svc = med(svc_caps)
+            halves = [p99_at(scenario, svc.url, cap_svc / 2, half_s) for _ in range(max(reps, 2))]
+            for h in halves:
+                log(f"  service at half capacity ({cap_svc / 2:,.0f}/s): p50 {h['p50']} ms, p99 {h['p99']} ms")
+        load_end = loadavg()
+    out = {
+        "floor": med(floor_caps),
+        "service": cap_svc,
+        "ratio": med(ratios),
+        "floor_all": floor_caps,
+        "service_all": svc_caps,
+        "ratios": ratios,
+        "half_p99": med([h["p99"] for h in halves]),
+        "half_p50": med([h["p50"] for h in halves]),
+        "half_errors": sum(h["errors"] for h in halves),
+        "load": f"{load} .. {load_end}",
+    }
+    log(
+        f"  floor {out['floor']:,.0f}/s {floor_caps}, service {cap_svc:,.0f}/s {svc_caps}; "
+        f"service/floor {out['ratio']:.2f} (per repeat {[round(r, 2) for r in ratios]}); "
+        f"p99 at half capacity {out['half_p99']} ms"
+    )
+    return out
+
+
+# -- stores and workers ----------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def redis_single(tmp: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp / "redis").start()
+    pin(server.pid, SERVER_CPU)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def redis_cluster(tmp: Path) -> Iterator[RedisClusterProcs]:
+    cluster = RedisClusterProcs(tmp / "cluster")
+    try:
+        cluster.start()
+        for s in cluster.servers:
+            pin(s.pid, SERVER_CPU)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def stores_and_workers(guess: float, reps: int, duration: float, tmp: Path) -> dict:
+    log(f"\n== binary bids: memory vs Redis vs Redis Cluster; rcb serve 1 vs 2 workers (Redis); {reps} repeats ==")
+    configs = ["memory", "redis", "cluster", "serve-1w", "serve-2w-cpu0", "serve-2w-both"]
+    caps: dict[str, list[float]] = {c: [] for c in configs}
+    with training_paused(), redis_single(tmp) as single, redis_cluster(tmp) as cluster:
+        load = loadavg()
+        g = dict.fromkeys(configs, guess)
+        for rep in range(reps):
+            for config in configs:
+                if config == "memory":
+                    server = start_service("memory")
+                elif config == "redis":
+                    server = start_service(single.url)
+                elif config == "cluster":
+                    server = start_service(cluster.url)
+                elif config == "serve-1w":
+                    server = start_rcb_serve(single.url, 1, SERVER_CPU)
+                elif config == "serve-2w-cpu0":
+                    server = start_rcb_serve(single.url, 2, SERVER_CPU)
+                else:
+                    server = start_rcb_serve(single.url, 2, None)
+                with server:
+                    prefix = f"r{rep}{config.replace('-', '')}c"
+                    setup_campaigns(server.url, campaign_ids(1000, prefix))
+                    # warm every worker's ratio cache and connections
+                    run_scenario("bid-binary", server.url, rate=500, duration=1, campaign_prefix=prefix, setup=False)
+                    cap = capacity("bid-binary", server.url, g[config], duration, prefix=prefix)
+                caps[config].append(cap)
+                g[config] = 0.9 * cap
+                log(f"  rep {rep + 1}: {config:14s} capacity {cap:,.0f}/s  (load {loadavg()})")
+        load_end = loadavg()
+    out = {c: med(v) for c, v in caps.items()}
+    out["all"] = caps
+    out["load"] = f"{load} .. {load_end}"
+    return out
+
+
+# -- slot updates at slot 47 -------------------------------------------------------------------------------------------
+
+
+def post_batches(url: str, ids: list[str], slot: int, chunk: int, connections: int, seed: int) -> dict:
+    """Every campaign's update of ``slot`` through /v1/slot-update/batch in chunks of ``chunk``, all sent at once
+    over ``connections`` connections; the summary plus the wall time (first send -> last response)."""
+    reqs = slot_batch_requests(Target.from_url(url), slot_updates(ids, "e1", slot, seed), chunk)
+    run = run_open_loop(url, [Stream("batch", reqs, 1e6, len(reqs), connections=connections)], timeout=60.0)
+    s = summarize(run.streams["batch"])
+    s["wall_s"] = (s["last_response_s"] or float("nan")) - s["first_intended_s"]
+    if s["errors"]:
+        raise RuntimeError(f"slot {slot} batch failed: {s['error_counts']}")
+    return s
+
+
+def snapshot(client: redis.Redis, ids: list[str]) -> list[list]:
+    pipe = client.pipeline(transaction=False)
+    for c in ids:
+        pipe.hmget(f"rcb:{{{c}}}", "e", "s", "b")
+    return pipe.execute()
+
+
+def clone(client: redis.Redis, sources: list[str], targets: list[str]) -> None:
+    """Store ``targets[k]`` as a copy of ``sources[k % len(sources)]``'s state, re-encoded with its own campaign id
+    (registering and advancing 10,000 campaigns through 47 slots over HTTP would take minutes)."""
+    if not targets:
+        return
+    saved = snapshot(client, sources)
+    pipe = client.pipeline(transaction=False)
+    for k, c in enumerate(targets):
+        e, s, b = saved[k % len(sources)]
+        blob = dataclasses.replace(CampaignState.from_bytes(b), campaign=c).to_bytes()
+        pipe.hset(f"rcb:{{{c}}}", mapping={"e": e, "s": s, "b": blob})
+    pipe.execute()
+
+
+def restore(client: redis.Redis, ids: list[str], saved: list[list]) -> None:
+    """Put the campaigns back at their snapshot (slot 47 not applied), so each variant applies the same boundary."""
+    pipe = client.pipeline(transaction=False)
+    for c, (e, s, b) in zip(ids, saved, strict=True):
+        pipe.hset(f"rcb:{{{c}}}", mapping={"e": e, "s": s, "b": b})
+    pipe.execute()
+
+
+def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, tmp: Path) -> dict:
+    log(
+        f"\n== slot 47 through Redis: {n_single:,} single updates at 100/s; a {n_boundary:,}-campaign boundary "
+        f"(batch endpoint, mixed scenario) =="
+    )
+    out: dict = {}
+    with training_paused(), redis_single(tmp) as single, start_service(single.url) as svc:
+        load = loadavg()
+        url = svc.url
+        client = single.client(10.0)
+        ids_single = campaign_ids(n_single, "s")
+        ids_boundary = campaign_ids(n_boundary, "b")
+        n_seed = min(n_boundary, 1000)
+        ids_api = ids_single + ids_boundary[:n_seed]
+        t0 = time.perf_counter()
+        setup_campaigns(url, ids_api, rate=3000, timeout=30.0)
+        t_reg = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for slot in range(LAST_SLOT):
+            post_batches(url, ids_api, slot, 2000, 2, seed=slot)
+        t_adv = time.perf_counter() - t0
+        n_upd = len(ids_api) * LAST_SLOT
+        log(
+            f"  setup: registered {len(ids_api):,} campaigns in {t_reg:.1f} s ({len(ids_api) / t_reg:,.0f}/s); "
+            f"advanced them to slot 47 in {t_adv:.1f} s ({n_upd:,} updates in batches of 2,000 over 2 connections: "
+            f"{n_upd / t_adv:,.0f}/s)"
+        )
+        out["register_rate"] = len(ids_api) / t_reg
+        out["advance_rate"] = n_upd / t_adv
+        clone(client, ids_boundary[:n_seed], ids_boundary[n_seed:])
+        if n_boundary > n_seed:
+            log(f"  cloned the stored slot-47 states of {n_seed:,} campaigns under {n_boundary - n_seed:,} more ids")
+        saved = snapshot(client, ids_boundary)
+        assert all(int(s) == LAST_SLOT for _, s, _ in saved), "campaigns not at slot 47"
+
+        # 4. single updates of slot 47 at 100/s, one per campaign
+        reqs = slot_update_requests(Target.from_url(url), slot_updates(ids_single, "e1", LAST_SLOT, seed=LAST_SLOT))
+        run = run_open_loop(url, [Stream("single", reqs, 100.0, len(reqs), connections=8)], timeout=10.0)
+        s = summarize(run.streams["single"])
+        out["single"] = {"p50": s["latency_ms"]["p50"], "p99": s["latency_ms"]["p99"], "errors": s["errors"]}
+        out["single_load"] = loadavg()
+        log(
+            f"  single slot-47 updates at 100/s ({len(reqs):,}): p50 {s['latency_ms']['p50']} ms, "
+            f"p99 {s['latency_ms']['p99']} ms, max {s['latency_ms']['max']} ms, errors {s['errors']} "
+            f"(load {out['single_load']})"
+        )
+
+        # 5a. the boundary through the batch endpoint: one call, and chunks over a few connections
+        variants = [("one call", n_boundary, 1), ("chunks of 1,000 x 4 conns", 1000, 4)]
+        variants.append(("chunks of 2,000 x 2 conns", 2000, 2))
+        walls: dict[str, list[float]] = {v[0]: [] for v in variants}
+        for rep in range(reps):
+            for name, chunk, conns in variants:
+                restore(client, ids_boundary, saved)
+                time.sleep(1.2)  # past the ratio cache's TTL, like a real boundary
+                s = post_batches(url, ids_boundary, LAST_SLOT, chunk, conns, seed=LAST_SLOT)
+                walls[name].append(s["wall_s"])
+                log(f"  rep {rep + 1}: {name:26s} {s['wall_s']:.2f} s  (load {loadavg()})")
+        out["boundary"] = {k: med(v) for k, v in walls.items()}
+        out["boundary_all"] = walls
+
+        # 5b. the mixed scenario: binary bids at bid_rate over the 10,000 campaigns, the boundary in batches
+        mixed = []
+        for rep in range(reps):
+            restore(client, ids_boundary, saved)
+            time.sleep(1.2)
+            res = run_scenario(
+                "mixed",
+                url,
+                rate=bid_rate,
+                duration=9.0,
+                campaigns=n_boundary,
+                campaign_prefix="b",
+                slot=LAST_SLOT,
+                batch_size=1000,
+                burst_rate=100.0,
+                burst_connections=4,
+                setup=False,
+                timeout=30.0,
+                seed=LAST_SLOT,
+            )
+            sm = res.summary
+            burst = sm["streams"]["burst"]
+            row = {
+                "during_p99": sm["bid_during_burst"]["latency_ms"]["p99"],
+                "outside_p99": sm["bid_outside_burst"]["latency_ms"]["p99"],
+                "during_p50": sm["bid_during_burst"]["latency_ms"]["p50"],
+                "outside_p50": sm["bid_outside_burst"]["latency_ms"]["p50"],
+                "bid_errors": sm["streams"]["bid"]["errors"],
+                "burst_errors": burst["errors"],
+                "burst_wall_s": burst["burst_wall_s"],
+            }
+            row["ratio"] = row["during_p99"] / row["outside_p99"]
+            mixed.append(row)
+            log(
+                f"  rep {rep + 1}: mixed, bids {bid_rate:,.0f}/s: p99 during burst {row['during_p99']} ms vs "
+                f"outside {row['outside_p99']} ms ({row['ratio']:.1f}x); burst wall {row['burst_wall_s']:.2f} s; "
+                f"errors bid {row['bid_errors']} burst {row['burst_errors']}  (load {loadavg()})"
+            )
+        out["mixed"] = {k: med([m[k] for m in mixed]) for k in mixed[0]}
+        out["mixed_all"] = mixed
+        client.close()
+        out["load"] = f"{load} .. {loadavg()}"
+    return out
+
+
+# -- main --------------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, shorter steps, a 2,000-campaign boundary")
+    parser.add_argument("--only", default="12345", help="which sections to run (digits 1-5)")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    watchdog = start_watchdog()
+    reps = 2 if args.quick else 3
+    duration = 2.0 if args.quick else 3.0
+    half_s = 4.0 if args.quick else 8.0
+    n_boundary = 2000 if args.quick else 10_000
+    pin_current_process(CLIENT_CPU)
+    log(f"machine: {describe_machine()}")
+    log(f"load average at start: {loadavg()}; servers (and redis-server) on CPU {SERVER_CPU}, generator on CPU 1")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-service-"))
+    t_start = time.perf_counter()
+    res: dict = {}
+    try:
+        if "1" in args.only:
+            res["json"] = floor_vs_service("bid-json", "JSON /v1/bid, 1,000 utilities", 800, reps, duration, half_s)
+        if "2" in args.only:
+            res["bin"] = floor_vs_service("bid-binary", "binary /v1/bid, 1,000 float32", 2500, reps, duration, half_s)
+        if "3" in args.only:
+            guess = 0.9 * res["bin"]["service"] if "bin" in res else 2500
+            res["stores"] = stores_and_workers(guess, max(reps - 1, 1), duration, tmp)
+        if "4" in args.only or "5" in args.only:
+            bid_rate = 1000.0
+            res["slots"] = slot_boundaries(1000, n_boundary, bid_rate, max(reps - 1, 1), tmp)
+    finally:
+        watchdog.terminate()
+        subprocess.run(["pkill", "-CONT", "-f", TRAIN], capture_output=True)
+    log(f"\ntotal {time.perf_counter() - t_start:.0f} s")
+    print_table(res, n_boundary)
+
+
+def print_table(res: dict, n_boundary: int) -> None:
+    rows: list[tuple[str, str, str, str]] = []
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    for key, label in (("json", "JSON"), ("bin", "binary")):
+        if key not in res:
+            continue
+        r = res[key]
+        rows.append((f"{label} /v1/bid capacity, floor", f"{r['floor']:,.0f}/s", "", r["load"]))
+        rows.append((f"{label} /v1/bid capacity, service (memory)", f"{r['service']:,.0f}/s", "", r["load"]))
+        if key == "json":
+            rows.append(("JSON service / floor", f"{r['ratio']:.2f}", f">= 0.85: {verdict(r['ratio'] >= 0.85)}", ""))
+        else:
+            rows.append(("binary service / floor", f"{r['ratio']:.2f}", "", ""))
+            ok = r["service"] >= 5000
+            rows.append(("binary service capacity", f"{r['service']:,.0f}/s", f">= 5,000/s: {verdict(ok)}", ""))
+        ok = r["half_p99"] <= 5.0 and r["half_errors"] == 0
+        target = f"<= 5 ms: {verdict(ok)}" if key == "json" else "(<= 5 ms)"
+        rows.append((f"{label} service p99 at half capacity", f"{r['half_p99']:.2f} ms", target, ""))
+    if "stores" in res:
+        s = res["stores"]
+        names = {
+            "memory": "binary capacity, memory store (uvicorn, 1 worker)",
+            "redis": "binary capacity, Redis store (uvicorn, 1 worker)",
+            "cluster": "binary capacity, 3-master Redis Cluster (1 worker)",
+            "serve-1w": "binary capacity, rcb serve --workers 1, Redis",
+            "serve-2w-cpu0": "binary capacity, rcb serve --workers 2, Redis, both on CPU 0",
+            "serve-2w-both": "binary capacity, rcb serve --workers 2, Redis, CPUs 0-1 (shared with generator)",
+        }
+        for k, label in names.items():
+            rows.append((label, f"{s[k]:,.0f}/s", f"{s[k] / s['memory']:.2f}x memory", s["load"]))
+    if "slots" in res:
+        r = res["slots"]
+        sg = r["single"]
+        ok = sg["p99"] <= 5.0 and sg["errors"] == 0
+        rows.append(
+            (
+                "single slot-47 update via Redis at 100/s, p50 / p99",
+                f"{sg['p50']:.2f} / {sg['p99']:.2f} ms",
+                f"p99 <= 5 ms: {verdict(ok)}",
+                r["single_load"],
+            )
+        )
+        for name, wall in r["boundary"].items():
+            rows.append(
+                (
+                    f"{n_boundary:,}-campaign slot-47 boundary via batch, {name}",
+                    f"{wall:.2f} s",
+                    f"<= 5 s: {verdict(wall <= 5.0)}",
+                    r["load"],
+                )
+            )
+        m = r["mixed"]
+        rows.append(
+            (
+                "mixed: bid p99 during the boundary / outside",
+                f"{m['during_p99']:.1f} / {m['outside_p99']:.1f} ms = {m['ratio']:.1f}x",
+                f"<= 2x: {verdict(m['ratio'] <= 2.0)}",
+                r["load"],
+            )
+        )
+    print("\n| measure | figure | target | load average (1/5/15 min) |")
+    print("|---|---:|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print("\n" + orjson.dumps(res, option=orjson.OPT_SERIALIZE_NUMPY).decode())
+
+
+if __name__ == "__main__":
+    main()
