@@ -15,7 +15,7 @@ from service.lifespan import lifespan
 from service.log_config import configure_logging
 from service.metrics import Metrics
 from service.middleware import LimitsAndMetrics
-from service.routes import admin, bids, campaigns, health, slot_updates
+from service.routes import admin, bids, campaigns, health, slot_updates, ui
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -34,7 +34,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     install_error_handlers(app)
-    for router in (campaigns.router, slot_updates.router, bids.router, health.router, admin.router):
+    for router in (campaigns.router, slot_updates.router, bids.router, health.router, admin.router, ui.router):
         app.include_router(router)
     app.add_middleware(LimitsAndMetrics, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
