@@ -31,6 +31,8 @@ class _TooLarge(Exception):
 class LimitsAndMetrics:
     def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int):
         self.app, self.metrics, self.max_body_bytes = app, metrics, max_body_bytes
+        # The histogram's child per (route label, method, status): ``labels()`` costs several microseconds.
+        self._children: dict[tuple[str, str, int], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -39,16 +41,23 @@ class LimitsAndMetrics:
         start = time.perf_counter()
         status = {"code": 500}
         limit = self.max_body_bytes
+        # A valid Content-Length within the limit and no Transfer-Encoding: the server frames the body by it and
+        # delivers no more, so receive() needs no counting wrapper.
+        declared = chunked = False
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     too_large = int(value) > limit
+                    declared = True
                 except ValueError:
                     too_large = False
                 if too_large:
                     await self._reject(scope, send, status)
                     self._observe(scope, status["code"], start)
                     return
+            elif name == b"transfer-encoding":
+                chunked = True
+        declared = declared and not chunked
         received = 0
 
         async def limited_receive() -> Message:
@@ -66,7 +75,7 @@ class LimitsAndMetrics:
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, receive if declared else limited_receive, tracking_send)
         except _TooLarge:
             await self._reject(scope, send, status)
         finally:
@@ -82,6 +91,11 @@ class LimitsAndMetrics:
         await response(scope, no_body, send)
 
     def _observe(self, scope: Scope, code: int, start: float) -> None:
-        self.metrics.request_seconds.labels(
-            route=route_label(scope.get("path", "")), method=scope.get("method", ""), status=str(code)
-        ).observe(time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        key = (route_label(scope.get("path", "")), scope.get("method", ""), code)
+        child = self._children.get(key)
+        if child is None:
+            child = self.metrics.request_seconds.labels(route=key[0], method=key[1], status=str(code))
+            if len(self._children) < 1024:
+                self._children[key] = child
+        child.observe(elapsed)

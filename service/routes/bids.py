@@ -20,7 +20,6 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from service.deps import CacheDep, MetricsDep, SettingsDep, StoreDep
 from service.errors import ERROR_RESPONSES, ApiError, bad_request, store_unavailable, unknown_campaign
 from service.ratio_cache import CachedRatio
 from service.schemas import CAMPAIGN_ID, BidAnswer, BidRequest, ColumnarBidAnswer, ColumnarBidRequest
@@ -93,7 +92,9 @@ def _utilities(values: Any, limit: int, what: str = "utilities") -> np.ndarray:
 
 
 def _check_values(array: np.ndarray, what: str) -> None:
-    if not np.isfinite(array).all() or (array < 0).any():
+    # Finite and >= 0, in two reductions and no temporary arrays: a NaN makes min() NaN (not >= 0), -inf or any
+    # negative makes min() < 0, +inf makes max() inf. Empty arrays are refused by the callers before.
+    if not (array.min() >= 0 and array.max() < np.inf):
         raise bad_request(f"{what} must be finite and >= 0")
 
 
@@ -121,10 +122,12 @@ async def _entries(campaigns: list[str], cache: Any, store: Any) -> tuple[list[C
 
 
 @router.post("/bid", openapi_extra=_OPENAPI, response_model=None)
-async def bid(
-    request: Request, cache: CacheDep, store: StoreDep, settings: SettingsDep, metrics: MetricsDep
-) -> Response:
+async def bid(request: Request) -> Response:
     """Score impressions: `bid = ratio x utility`, ratio from this process's cache (no store round trip)."""
+    # The app's objects straight from app.state, not through service.deps: FastAPI runs each sync dependency in a
+    # worker thread, and four thread hops cost several times the whole bid (see BENCHMARKS.md, Service).
+    state = request.app.state
+    cache, store, settings, metrics = state.cache, state.store, state.settings, state.metrics
     content_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if content_type not in (JSON, BINARY):
         raise ApiError(415, "unsupported_media_type", f"send {JSON} or {BINARY}, not {content_type or 'nothing'!r}")
@@ -158,8 +161,16 @@ async def bid(
     return Response(orjson.dumps(out, option=_OPTIONS), media_type=JSON)
 
 
+def _query_campaign(request: Request) -> Any:
+    """``?campaign_id=`` without building Starlette's QueryParams when it is the whole, unescaped query."""
+    query: bytes = request.scope.get("query_string", b"")
+    if query.startswith(b"campaign_id=") and not any(c in query for c in b"&%+;"):
+        return query[12:].decode("latin-1")
+    return request.query_params.get("campaign_id")
+
+
 async def _binary(request: Request, body: bytes, cache: Any, store: Any, settings: Any, metrics: Any) -> Response:
-    campaign = _campaign(request.query_params.get("campaign_id"))
+    campaign = _campaign(_query_campaign(request))
     if len(body) % 4:
         raise bad_request(f"a float32 body has a multiple of 4 bytes, not {len(body)}")
     if len(body) // 4 > settings.max_utilities:
