@@ -25,8 +25,10 @@ import numpy as np
 import pandas as pd
 
 from model.contract import Setting
+from model.controller import ControllerGains
 from training.bidders import cem, pid, rm
 from training.bidders.base import Bidder, play
+from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
 from training.evaluation_report import per_seed_metrics
 from training.files import atomic_write_text
@@ -46,6 +48,8 @@ TUNING_VERSION = "1"
 TUNING_CACHE = Path(".rcb-cache/tuning")
 ONNX_PREFIX = "onnx:"
 """``onnx:MODEL_DIR`` names an exported model as a method."""
+SHIELD_PREFIX = "shield:"
+"""``shield:METHOD`` plays METHOD behind the safety shield (:mod:`model.shield`), as the service can."""
 
 Progress = Callable[[str], None]
 
@@ -87,16 +91,30 @@ def run_group(method: str) -> tuple[str, list[Path]] | None:
     return label, runs
 
 
+def unshielded(method: str) -> tuple[str, bool]:
+    """``(METHOD, True)`` for ``shield:METHOD``, else ``(method, False)``."""
+    if method.startswith(SHIELD_PREFIX):
+        return method[len(SHIELD_PREFIX) :], True
+    return method, False
+
+
 def method_label(method: str) -> str:
-    """The name a method's rows carry: a run group's label, else the method as written."""
-    group = run_group(method)
-    return group[0] if group else method
+    """The name a method's rows carry: a run group's label (``shield:`` kept), else the method as written."""
+    inner, shielded = unshielded(method)
+    group = run_group(inner)
+    if group is None:
+        return method
+    return SHIELD_PREFIX + group[0] if shielded else group[0]
 
 
 def parse_methods(text: str) -> list[str]:
-    methods = [m.strip() for m in text.split(",") if m.strip()]
-    if not methods:
+    listed = [m.strip() for m in text.split(",") if m.strip()]
+    if not listed:
         raise EvaluationError("no methods given")
+    references = [m for m in listed if m.startswith(SHIELD_PREFIX) and unshielded(m)[0] in REFERENCES]
+    if references:
+        raise EvaluationError(f"{', '.join(references)}: the hindsight references are not bidders; nothing to shield")
+    methods = [unshielded(m)[0] for m in listed]
     groups = [m for m in methods if run_group(m) is not None]
     missing_models = [m for m in methods if m.startswith(ONNX_PREFIX) and not is_model_method(m)]
     if missing_models:
@@ -113,9 +131,9 @@ def parse_methods(text: str) -> list[str]:
             f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known_methods())}, a training run directory"
             f", {ONNX_PREFIX}MODEL_DIR (a directory written by rcb export) or LABEL=GLOB (training runs, one per seed)"
         )
-    if len({method_label(m) for m in methods}) != len(methods):
+    if len({method_label(m) for m in listed}) != len(listed):
         raise EvaluationError(f"a method is listed twice in {text!r}")
-    return methods
+    return listed
 
 
 def _tuning_key(market: Market, method: str, setting: Setting) -> str:
@@ -233,12 +251,19 @@ def evaluate(
             train_cache.append(days if split == "train" else DaySet.load(market, "train", setting, progress=progress))
         return train_cache[0]
 
+    def shielded_by(inner: Bidder) -> ShieldedBidder:
+        gains = ControllerGains(traffic_profile=tuple(float(x) for x in train().traffic_profile()))
+        return ShieldedBidder(inner, gains)
+
     frames, tuned = [], {}
-    for method in methods:
+    for listed in methods:
+        method, shielded = unshielded(listed)
         group = run_group(method)
         if group is not None:
             label, runs = group
-            frames.extend(_play_run_group(label, runs, setting, days, tuned, progress))
+            wrap = shielded_by if shielded else None
+            label = SHIELD_PREFIX + label if shielded else label
+            frames.extend(_play_run_group(label, runs, setting, days, tuned, progress, wrap))
             continue
         if method in REFERENCES:
             answers = market_oracle(market, setting, kind=REFERENCES[method], days=days.days)
@@ -256,10 +281,15 @@ def evaluate(
             bidder, tuned[method] = _model_bidder(method, setting)
         else:
             bidder, tuned[method] = _run_bidder(Path(method), setting)
+        if shielded:
+            bidder = shielded_by(bidder)
+            tuned[listed] = tuned.pop(method)
         indexes = days.indexes(bidder.traffic_buckets)
         for seed in range(seeds):
             outcome = play(bidder, indexes, days.episode_days(), days.registration(), seed)
-            frames.append(episode_rows(method, seed, days, outcome.delivery, outcome.cost))
+            frames.append(episode_rows(listed, seed, days, outcome.delivery, outcome.cost))
+            if isinstance(bidder, ShieldedBidder):
+                tuned[listed]["shield_acted_share"] = round(bidder.acted_share, 4)
             if progress:
                 progress("episodes")
     episodes = pd.concat(frames, ignore_index=True)
@@ -276,17 +306,27 @@ def evaluate(
 
 
 def _play_run_group(
-    label: str, runs: list[Path], setting: Setting, days: DaySet, tuned: dict[str, Any], progress: Progress | None
+    label: str,
+    runs: list[Path],
+    setting: Setting,
+    days: DaySet,
+    tuned: dict[str, Any],
+    progress: Progress | None,
+    wrap: Callable[[Bidder], Bidder] | None = None,
 ) -> list[pd.DataFrame]:
     """Each run of a group plays the split once, run ``k`` with seed ``k``; its rows are seed ``k``."""
     frames, record = [], {"runs": [], "best_validation_score": []}
     for seed, run_dir in enumerate(runs):
         bidder, run = _run_bidder(run_dir, setting)
+        if wrap is not None:
+            bidder = wrap(bidder)
         record["algo"] = run["algo"]
         record["runs"].append(str(run_dir))
         record["best_validation_score"].append(run["best_validation_score"])
         outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed)
         frames.append(episode_rows(label, seed, days, outcome.delivery, outcome.cost))
+        if isinstance(bidder, ShieldedBidder):
+            record.setdefault("shield_acted_share", []).append(round(bidder.acted_share, 4))
         if progress:
             progress("episodes")
     tuned[label] = record

@@ -36,17 +36,18 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
     that cannot be played.
     """
     from model.artifact import ArtifactError, read_card
-    from training.evaluate import ONNX_PREFIX, is_run_dir, run_group
+    from training.evaluate import ONNX_PREFIX, is_run_dir, run_group, unshielded
 
     plays: dict[str, int] = {}
-    for method in methods:
+    for listed in methods:
+        method = unshielded(listed)[0]
         group = run_group(method)
         if group is not None:
             label, runs = group
             for run in runs:
                 if _run_setting(run) != setting.value:
                     raise ValueError(f"{run} (in {label}) was trained for {_run_setting(run)}, not {setting.value}")
-            plays[method] = len(runs)
+            plays[listed] = len(runs)
         elif method.startswith(ONNX_PREFIX):
             try:
                 card = read_card(Path(method[len(ONNX_PREFIX) :]))
@@ -54,14 +55,14 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
                 raise ValueError(f"{method}: {exc}") from None
             if str(card.setting) != setting.value:
                 raise ValueError(f"{method} was trained for {card.setting}, not {setting.value}")
-            plays[method] = -1
+            plays[listed] = -1
         elif is_run_dir(method):
             trained = _run_setting(Path(method))
             if trained != setting.value:
                 raise ValueError(f"{method} was trained for {trained}, not {setting.value}")
-            plays[method] = -1
+            plays[listed] = -1
         else:
-            plays[method] = -1
+            plays[listed] = -1
     return plays
 
 
@@ -74,7 +75,8 @@ def evaluate_command(
         typer.Option(
             "--methods",
             help="Comma-separated: rm, pid, cem, oracle-day, oracle-slot, a run directory (rcb train),"
-            " LABEL=GLOB (one method's runs, run k played with seed k) or onnx:MODEL_DIR (rcb export).",
+            " LABEL=GLOB (one method's runs, run k played with seed k) or onnx:MODEL_DIR (rcb export); shield:METHOD"
+            " plays METHOD behind the safety shield.",
         ),
     ] = "rm,pid,cem,oracle-day",
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds 0..N-1 per method.")] = 5,

@@ -1,0 +1,101 @@
+"""A safety shield around any bidding policy: keep its ratio in a band around a safe controller's.
+
+A learned policy out of its depth (a market it was not trained on, traffic that drifted) can run away
+(bid the maximum and lose money) or collapse (slide its ratio to 0 while it still has cost to earn
+back). The shield bounds it, slot by slot, from the campaign's cumulative stats alone:
+
+* the reference is the PID controller of :mod:`model.controller` on the same history;
+* the allowed band is ``[c * exp(-w), c * exp(+w)]`` around the controller's ratio ``c``, in log space;
+* ``w`` is ``wide`` while the constraints are safe and narrows to ``tight`` as a threat grows:
+  the ROI threat rises as the cumulative ROI falls from ``L * (1 + roi_slack)`` to ``L * (1 - roi_alarm)``,
+  the budget threat as the spend runs ahead of the day's traffic plan by up to ``pace_alarm``;
+* a proposed ratio outside the band is moved to its edge, and the shield says it acted.
+
+Numpy only; the same function runs in ``rcb evaluate`` (``shield:METHOD``) and in the service.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from model.contract import RATIO_MAX
+from model.controller import RATIO_FLOOR, ControllerGains, controller_ratios
+from model.history import History
+
+
+@dataclass(frozen=True)
+class ShieldConfig:
+    """The band's widths and the thresholds of the two threats (log-ratio units for widths)."""
+
+    wide: float = 0.7
+    """Half-width of the band while safe: the policy may bid from half to twice the controller's ratio."""
+    tight: float = 0.1
+    """Half-width under full threat: within about 10% of the controller's ratio."""
+    roi_slack: float = 0.1
+    """No ROI threat while the cumulative ROI is at least ``L * (1 + roi_slack)``."""
+    roi_alarm: float = 0.3
+    """Full ROI threat once the cumulative ROI is down to ``L * (1 - roi_alarm)``."""
+    pace_alarm: float = 0.2
+    """Full budget threat once the spent share of B runs this far ahead of the planned share of the day's traffic."""
+    warmup_slots: int = 2
+    """No threat is read from fewer slots than this (a first slot's ROI is mostly noise)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.tight <= self.wide:
+            raise ValueError("need 0 < tight <= wide")
+        if self.roi_slack < 0 or self.roi_alarm <= 0 or self.pace_alarm <= 0 or self.warmup_slots < 0:
+            raise ValueError("roi_slack >= 0, roi_alarm > 0, pace_alarm > 0 and warmup_slots >= 0")
+
+
+@dataclass(frozen=True)
+class Shielded:
+    """The shield's answer for ``n`` episodes."""
+
+    ratio: np.ndarray
+    """``(n,)`` the ratio to bid: the proposed one, moved into the band where it was outside."""
+    acted: np.ndarray
+    """``(n,)`` bool: the proposed ratio was outside the band."""
+    low: np.ndarray
+    high: np.ndarray
+    threat: np.ndarray
+    """``(n,)`` in [0, 1]: how far the band was narrowed."""
+
+
+def threat_level(history: History, gains: ControllerGains, config: ShieldConfig) -> np.ndarray:
+    """The larger of the ROI and budget threats, ``(n,)`` in [0, 1] (0 before ``warmup_slots``)."""
+    n, t = history.n, history.slot
+    if t < max(config.warmup_slots, 1):
+        return np.zeros(n)
+    registration = history.registration
+    cost = history.total_cost
+    ratio_to_target = np.divide(
+        history.total_delivery, registration.roi_target * cost, out=np.full(n, np.inf), where=cost > 0
+    )
+    roi_threat = np.clip((1 + config.roi_slack - ratio_to_target) / (config.roi_slack + config.roi_alarm), 0, 1)
+    budgeted = np.isfinite(registration.budget)
+    planned = float(np.sum(gains.traffic_profile[:t]))
+    spent = np.where(budgeted, cost / np.where(budgeted, registration.budget, 1.0), 0.0)
+    budget_threat = np.where(budgeted, np.clip((spent - planned) / config.pace_alarm, 0, 1), 0.0)
+    return np.maximum(roi_threat, budget_threat)
+
+
+def shield(
+    history: History,
+    proposed: np.ndarray,
+    gains: ControllerGains | None = None,
+    config: ShieldConfig | None = None,
+) -> Shielded:
+    """Bound ``proposed`` ratios for slot ``history.slot`` (see the module docstring)."""
+    gains, config = gains or ControllerGains(), config or ShieldConfig()
+    proposed = np.asarray(proposed, dtype=np.float64)
+    if proposed.shape != (history.n,):
+        raise ValueError(f"proposed must be ({history.n},), got {proposed.shape}")
+    reference = controller_ratios(history, gains)
+    threat = threat_level(history, gains, config)
+    width = config.wide * (1 - threat) + config.tight * threat
+    low = np.clip(reference * np.exp(-width), RATIO_FLOOR, RATIO_MAX)
+    high = np.clip(reference * np.exp(width), RATIO_FLOOR, RATIO_MAX)
+    ratio = np.clip(proposed, low, high)
+    return Shielded(ratio=ratio, acted=ratio != proposed, low=low, high=high, threat=threat)
