@@ -73,6 +73,18 @@ def observe(history: History, slot: int | None = None) -> np.ndarray:
     Only ``history[:, :slot]`` is read, so the features of slot ``t`` can be rebuilt later from the
     same history (the posterior encoder needs ``o_t`` for every past ``t``).
     """
+    return np.clip(raw_features(history, slot), _LOW, _HIGH)
+
+
+def out_of_range(history: History, slot: int | None = None) -> np.ndarray:
+    """``(n,)`` the number of features :func:`observe` had to clip: the campaign is outside the range the
+    features were designed (and the model trained) for."""
+    raw = raw_features(history, slot)
+    return ((raw < _LOW) | (raw > _HIGH)).sum(axis=1)
+
+
+def raw_features(history: History, slot: int | None = None) -> np.ndarray:
+    """:func:`observe` before clipping."""
     t = history.slot if slot is None else slot
     if not 0 <= t <= history.slot:
         raise ValueError(f"slot {t} is not observed yet (history has {history.slot} slots)")
@@ -103,4 +115,4 @@ def observe(history: History, slot: int | None = None) -> np.ndarray:
         ],
         axis=1,
     )
-    return np.clip(features, _LOW, _HIGH)
+    return features

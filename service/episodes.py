@@ -19,7 +19,7 @@ from service.config import Settings
 from service.errors import ApiError, store_unavailable, unknown_campaign
 from service.metrics import Metrics
 from service.ratio_cache import RatioCache
-from service.runner import ModelRunner
+from service.runner import Decided, ModelRunner
 from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
 from service.store import EpisodeStore, Stored, StoreUnavailable, UnknownCampaign
 
@@ -111,7 +111,7 @@ class Episodes:
         fresh = CampaignState.new(campaign, body.episode, body.roi_target, body.budget, self.settings.noise_seed)
         decided = await self.runner.decide_async([fresh])
         state = decided.state(0, fresh)
-        self._count(decided.decided_by, 1)
+        self._count(decided, [campaign])
         stored, created = await self.store.register(campaign, body.episode, state.to_bytes())
         if not created:  # a concurrent registration of the same episode won: answer its state
             state = decode(campaign, stored)
@@ -145,7 +145,7 @@ class Episodes:
                 return outcome
             reported = state.reported(update.delivery, update.cost, update.wins, update.auctions)
             decided = await self.runner.decide_async([reported])
-            self._count(decided.decided_by, 1)
+            self._count(decided, [update.campaign_id])
             new = decided.state(0, reported)
             try:
                 current = await self.store.compare_and_set(
@@ -182,10 +182,18 @@ class Episodes:
         self.cache.put(state.campaign, state)
         self.metrics.slot_updates.labels(result="applied").inc()
 
-    def _count(self, decided_by: str, n: int) -> None:
-        self.metrics.decisions.labels(decided_by=decided_by).inc(n)
-        if decided_by == "fallback":
-            self.metrics.fallbacks.inc(n)
+    def _count(self, decided: Decided, campaigns: Sequence[str]) -> None:
+        """Decisions by who decided; per campaign: shield actions and slots with out-of-range features."""
+        for kind in set(decided.decided_by):
+            n = decided.decided_by.count(kind)
+            self.metrics.decisions.labels(decided_by=kind).inc(n)
+            if kind == "fallback":
+                self.metrics.fallbacks.inc(n)
+        for k, campaign in enumerate(campaigns):
+            if decided.decided_by[k] == "shield":
+                self.metrics.shield_actions.labels(campaign=campaign).inc()
+            if decided.clipped_features[k]:
+                self.metrics.out_of_range.labels(campaign=campaign).inc()
 
     async def apply_batch(self, updates: Sequence[SlotUpdate]) -> SlotUpdateBatchAnswer:
         """One answer per update, in order; one ``get_many``, one model call, one compare-and-set per campaign."""
@@ -224,7 +232,7 @@ class Episodes:
                 pending.append((i, state.reported(u.delivery, u.cost, u.wins, u.auctions)))
         if pending:
             decided = await self.runner.decide_async([s for _, s in pending])
-            self._count(decided.decided_by, len(pending))
+            self._count(decided, [updates[i].campaign_id for i, _ in pending])
             limit = asyncio.Semaphore(self.settings.pool_size)
 
             async def write(k: int, i: int, reported: CampaignState) -> None:

@@ -28,7 +28,7 @@ log = logging.getLogger("rcb.service")
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings, metrics = app.state.settings, app.state.metrics
-    runner = ModelRunner(settings.model_dir, onnx_threads=settings.onnx_threads)
+    runner = ModelRunner(settings.model_dir, onnx_threads=settings.onnx_threads, use_shield=settings.shield)
     try:
         await to_thread.run_sync(runner.load)
     except ArtifactError as exc:

@@ -31,6 +31,18 @@ class Metrics:
             "rcb_decisions_total", "Ratios decided, by who decided (model or fallback)", ["decided_by"], registry=r
         )
         self.fallbacks = Counter("rcb_fallbacks_total", "Ratios decided by the fallback controller", registry=r)
+        self.shield_actions = Counter(
+            "rcb_shield_actions_total",
+            "Slots whose model ratio the shield moved, per campaign",
+            ["campaign"],
+            registry=r,
+        )
+        self.out_of_range = Counter(
+            "rcb_out_of_range_slots_total",
+            "Slots decided on an observation with clipped features (outside the training range), per campaign",
+            ["campaign"],
+            registry=r,
+        )
         self.cache = Counter(
             "rcb_ratio_cache_total", "Ratio cache lookups by outcome (hit, miss, stale)", ["outcome"], registry=r
         )

@@ -22,7 +22,9 @@ from anyio import to_thread
 
 from model.artifact import CARD_FILE, Artifact, ArtifactError, load_artifact
 from model.controller import controller_ratios
+from model.features import out_of_range
 from model.policy import Decision, Policy
+from model.shield import ShieldConfig, shield
 from model.state import CampaignState, stack_histories
 
 log = logging.getLogger("rcb.service")
@@ -32,13 +34,16 @@ FALLBACK_VERSION = "fallback-controller"
 
 @dataclass(frozen=True)
 class Decided:
-    """The decision for a batch of states: ratios, posteriors (or None), who decided, which model."""
+    """The decision for a batch of states: ratios, posteriors (or None), who decided each, which model."""
 
     ratio: np.ndarray
     mean: np.ndarray | None
     std: np.ndarray | None
-    decided_by: str
+    decided_by: list[str]
+    """Per row: ``model``, ``shield`` (the model's ratio moved into the shield's band) or ``fallback``."""
     model_version: str
+    clipped_features: np.ndarray
+    """Per row: how many observation features were outside their range (clipped): out of training range."""
     error: str | None = None
     """Why the fallback decided, when it did."""
 
@@ -47,7 +52,7 @@ class Decided:
         return state.decided(
             float(self.ratio[k]),
             self.model_version,
-            self.decided_by,
+            self.decided_by[k],
             None if self.mean is None else self.mean[k],
             None if self.std is None else self.std[k],
         )
@@ -62,9 +67,11 @@ def model_version(artifact: Artifact) -> str:
 class ModelRunner:
     """Holds the served model; thread-safe swap on reload."""
 
-    def __init__(self, model_dir: Path, onnx_threads: int = 1):
+    def __init__(self, model_dir: Path, onnx_threads: int = 1, use_shield: bool = False):
         self.model_dir = Path(model_dir)
         self.onnx_threads = onnx_threads
+        self.use_shield = use_shield
+        self.shield_config = ShieldConfig()
         self._lock = threading.Lock()
         self.policy: Policy | None = None
         self.version: str = FALLBACK_VERSION
@@ -98,29 +105,54 @@ class ModelRunner:
         """Next ratios for ``states`` (blocking; call :meth:`decide_async` from the event loop)."""
         with self._lock:
             policy, version = self.policy, self.version
+        groups = _by_slot(states)
+        clipped = np.zeros(len(states), dtype=np.int64)
+        for rows in groups:
+            clipped[rows] = out_of_range(stack_histories([states[i] for i in rows]))
         if policy is not None:
             try:
                 decision: Decision = policy.decide_states(states)
                 if not np.all(np.isfinite(decision.ratio)):
                     raise FloatingPointError("the model produced a non-finite ratio")
-                return Decided(decision.ratio, decision.mean, decision.std, "model", version)
+                ratio, decided_by = decision.ratio, ["model"] * len(states)
+                if self.use_shield:
+                    ratio, decided_by = self._shielded(states, groups, ratio)
+                return Decided(ratio, decision.mean, decision.std, decided_by, version, clipped)
             except Exception as exc:  # any inference failure must fall back, never fail the slot
                 log.error("model inference failed, fallback controller decides", extra={"error": repr(exc)})
                 error = f"inference failed: {exc!r}"
         else:
             error = self.load_error or "no model loaded"
-        return Decided(fallback_ratios(states), None, None, "fallback", FALLBACK_VERSION, error)
+        fallback = ["fallback"] * len(states)
+        return Decided(fallback_ratios(states), None, None, fallback, FALLBACK_VERSION, clipped, error)
+
+    def _shielded(
+        self, states: Sequence[CampaignState], groups: list[list[int]], ratio: np.ndarray
+    ) -> tuple[np.ndarray, list[str]]:
+        out, decided_by = ratio.copy(), ["model"] * len(states)
+        for rows in groups:
+            guarded = shield(stack_histories([states[i] for i in rows]), ratio[rows], config=self.shield_config)
+            out[rows] = guarded.ratio
+            for i, acted in zip(rows, guarded.acted, strict=True):
+                if acted:
+                    decided_by[i] = "shield"
+        return out, decided_by
 
     async def decide_async(self, states: Sequence[CampaignState]) -> Decided:
         return await to_thread.run_sync(self.decide, list(states))
 
 
-def fallback_ratios(states: Sequence[CampaignState]) -> np.ndarray:
-    """The numpy controller's ratios (:func:`model.controller.controller_ratios`), grouped by slot."""
-    out = np.empty(len(states))
+def _by_slot(states: Sequence[CampaignState]) -> list[list[int]]:
+    """Row indices grouped by slot (a History holds campaigns at one slot)."""
     by_slot: dict[int, list[int]] = {}
     for i, s in enumerate(states):
         by_slot.setdefault(s.slot, []).append(i)
-    for rows in by_slot.values():
+    return list(by_slot.values())
+
+
+def fallback_ratios(states: Sequence[CampaignState]) -> np.ndarray:
+    """The numpy controller's ratios (:func:`model.controller.controller_ratios`), grouped by slot."""
+    out = np.empty(len(states))
+    for rows in _by_slot(states):
         out[rows] = controller_ratios(stack_histories([states[i] for i in rows]))
     return out

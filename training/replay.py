@@ -204,8 +204,8 @@ def replay_evaluation(days: DaySet, traces: list[EpisodeTrace], ready: dict[str,
     delivery = np.array([t.delivery for t in traces])
     cost = np.array([t.cost for t in traces])
     episodes = episode_rows(method, seed, days, delivery, cost)
-    fallback = [sum(1 for d in t.decided_by if d == "fallback") for t in traces]
-    episodes["fallback_slots"] = fallback
+    episodes["fallback_slots"] = [sum(1 for d in t.decided_by if d == "fallback") for t in traces]
+    episodes["shield_slots"] = [sum(1 for d in t.decided_by if d == "shield") for t in traces]
     meta = {
         "market": str(days.market.root),
         "split": days.split,

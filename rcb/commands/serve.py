@@ -33,6 +33,13 @@ def serve_command(
     token: Annotated[
         str | None, typer.Option("--token", envvar="RCB_API_TOKEN", help="Bearer token required on write endpoints.")
     ] = None,
+    shield: Annotated[
+        bool | None,
+        typer.Option(
+            "--shield/--no-shield",
+            help="Bound the model's ratios with the safety shield. Default: $RCB_SHIELD, else off.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the model: register campaigns, take slot updates, score bids (docs/http-api.md)."""
@@ -48,6 +55,8 @@ def serve_command(
         overrides["store"] = store
     if token is not None:
         overrides["api_token"] = token
+    if shield is not None:
+        overrides["shield"] = shield
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
@@ -71,6 +80,7 @@ def serve_command(
         "RCB_MODEL_DIR": str(settings.model_dir),
         "RCB_STORE": settings.store,
         "RCB_LOG_LEVEL": settings.log_level,
+        "RCB_SHIELD": "1" if settings.shield else "0",
     }
     if settings.api_token is not None:
         env["RCB_API_TOKEN"] = settings.api_token.get_secret_value()

@@ -32,6 +32,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
         "setting": None if artifact is None else str(artifact.card.setting),
         "model_error": runner.load_error,
         "noise_seed": settings.noise_seed,
+        "shield": settings.shield,
     }
     if not (store_up and artifact is not None):
         raise ApiError(503, "not_ready", detail)

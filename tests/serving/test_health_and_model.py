@@ -99,3 +99,24 @@ def test_openapi_documents_bodies_and_errors(models):
     update_responses = schema["paths"]["/v1/slot-update"]["post"]["responses"]
     assert {"200", "409", "422", "503"} <= set(update_responses)
     assert json.dumps(schema)  # serializable
+
+
+def test_the_shield_caps_a_runaway_model_and_counts_it(models):
+    with serving(models.cbrl_model, shield=True) as c:
+        assert c.get("/readyz").json()["shield"] is True
+        register(c)
+        runner = c.app.state.runner
+        original = runner.policy.decide_states
+
+        def runaway(states):
+            decision = original(states)
+            return type(decision)(ratio=decision.ratio * 0 + 4.0, mean=decision.mean, std=decision.std)
+
+        runner.policy.decide_states = runaway
+        try:
+            answers = [c.post("/v1/slot-update", json=update(slot=s, delivery=1.0, cost=4.0)).json() for s in range(4)]
+        finally:
+            runner.policy.decide_states = original
+        assert all(a["decided_by"] == "shield" and a["bid_ratio"] < 4.0 for a in answers)
+        text = c.get("/metrics").text
+        assert metric(text, 'rcb_shield_actions_total{campaign="c1"}') == 4
