@@ -34,7 +34,7 @@ from training.evaluation_report import per_seed_metrics
 from training.files import atomic_write_text
 from training.learning_curves import CurveError, split_group
 from training.market.dataset import Market, MarketError
-from training.metrics import is_feasible, normalized_delivery, roi
+from training.metrics import DEFAULT_GAMMA, is_feasible, normalized_delivery, roi
 from training.oracle import OracleKind, market_oracle
 
 BASELINES: dict[str, ModuleType] = {"rm": rm, "pid": pid, "cem": cem}
@@ -197,12 +197,15 @@ def episode_rows(method: str, seed: int, days: DaySet, delivery: np.ndarray, cos
     )
 
 
-def summarize(episodes: pd.DataFrame, methods: list[str]) -> dict[str, dict[str, Any]]:
+def summarize(episodes: pd.DataFrame, methods: list[str], gamma: float = DEFAULT_GAMMA) -> dict[str, dict[str, Any]]:
     """Per method: median and mean over seeds of each seed's ANS; CSR, ANDR, G-metric over seeds (SPEC 6).
 
-    Built on :func:`per_seed_metrics`, the same numbers the boxplots draw.
+    Built on :func:`per_seed_metrics`, the same numbers the boxplots draw. ``gamma`` is the G-metric's
+    (the value validated for USCB in the setting, where known); ``n_zero_oracle`` counts the method's
+    episodes on days whose hindsight oracle delivers nothing (scored by ``D / D* = 1`` there, see
+    :func:`training.metrics.normalized_delivery`).
     """
-    table = per_seed_metrics(episodes)
+    table = per_seed_metrics(episodes, gamma)
 
     def over_seeds(values: pd.Series, how: str) -> float:
         values = values.dropna()
@@ -221,6 +224,8 @@ def summarize(episodes: pd.DataFrame, methods: list[str]) -> dict[str, dict[str,
             "gmetric": over_seeds(rows["gmetric"], "mean"),
             "n_episodes": int(rows["n_episodes"].sum()),
             "n_seeds": len(rows),
+            "n_zero_oracle": int((episodes.loc[episodes["method"] == method, "oracle_delivery"] <= 0).sum()),
+            "gmetric_gamma": gamma,
         }
     return summary
 
@@ -232,8 +237,13 @@ def evaluate(
     methods: list[str],
     seeds: int,
     progress: Progress | None = None,
+    gamma: float = DEFAULT_GAMMA,
 ) -> Evaluation:
-    """Run every method over ``split`` for ``seeds`` seeds; return episodes, summary and metadata."""
+    """Run every method over ``split`` for ``seeds`` seeds; return episodes, summary and metadata.
+
+    A deterministic bidder (RM, PID, a non-Bayesian policy; :attr:`Bidder.deterministic`) and the
+    hindsight references play once: their seeds would be identical copies. ``gamma``: the G-metric's.
+    """
     setting = Setting(setting)
     if split not in ("test", "ood", "train"):
         raise EvaluationError(f"unknown split {split!r}; expected test or ood (or train)")
@@ -269,10 +279,9 @@ def evaluate(
             answers = market_oracle(market, setting, kind=REFERENCES[method], days=days.days)
             delivery = np.array([a.delivery for a in answers])
             cost = np.array([a.cost for a in answers])
-            for seed in range(seeds):
-                frames.append(episode_rows(method, seed, days, delivery, cost))
-                if progress:
-                    progress("episodes")
+            frames.append(episode_rows(method, 0, days, delivery, cost))
+            if progress:
+                progress("episodes")
             continue
         if method in BASELINES:
             bidder, record = tuned_baseline(market, method, setting, train, progress)
@@ -285,7 +294,7 @@ def evaluate(
             bidder = shielded_by(bidder)
             tuned[listed] = tuned.pop(method)
         indexes = days.indexes(bidder.traffic_buckets)
-        for seed in range(seeds):
+        for seed in range(1 if bidder.deterministic else seeds):
             outcome = play(bidder, indexes, days.episode_days(), days.registration(), seed)
             frames.append(episode_rows(listed, seed, days, outcome.delivery, outcome.cost))
             if isinstance(bidder, ShieldedBidder):
@@ -300,9 +309,11 @@ def evaluate(
         "seeds": seeds,
         "methods": [method_label(m) for m in methods],
         "tuned": tuned,
+        "gmetric_gamma": gamma,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    return Evaluation(episodes=episodes, summary=summarize(episodes, [method_label(m) for m in methods]), meta=meta)
+    summary = summarize(episodes, [method_label(m) for m in methods], gamma)
+    return Evaluation(episodes=episodes, summary=summary, meta=meta)
 
 
 def _play_run_group(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from training.metrics import is_feasible, roi, summarize
+from training.metrics import DEFAULT_GAMMA, is_feasible, roi, summarize
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -84,7 +84,7 @@ def _methods(episodes: pd.DataFrame) -> list[str]:
     return [str(m) for m in pd.unique(episodes["method"])]
 
 
-def per_seed_metrics(episodes: pd.DataFrame) -> pd.DataFrame:
+def per_seed_metrics(episodes: pd.DataFrame, gamma: float = DEFAULT_GAMMA) -> pd.DataFrame:
     """One row per (method, seed): ``ans, csr, andr`` (percent; ``nan`` if none feasible), ``gmetric``, ``n_episodes``.
 
     Each seed's metrics are over its days, computed by :func:`training.metrics.summarize`; these are the
@@ -106,6 +106,7 @@ def per_seed_metrics(episodes: pd.DataFrame) -> pd.DataFrame:
                 roi_target=runs["roi_target"].to_numpy(dtype=np.float64),
                 budget=budget[mask],
                 oracle_delivery=runs["oracle_delivery"].to_numpy(dtype=np.float64),
+                gamma=gamma,
             )
             rows.append({"method": method, "seed": int(seed), **metrics})
     return pd.DataFrame(rows, columns=columns)
@@ -175,8 +176,11 @@ def markdown_table(summary: Mapping[str, Mapping[str, Any]], meta: Mapping[str, 
     setting_text = str(setting).upper()
     header = (
         f"**Split** `{split}` · **setting** {setting_text} · **seeds** {seeds} — each seed's ANS/CSR/ANDR/G-metric "
-        f"is over its episodes (days); medians and means are over seeds. Market: `{meta.get('market', '?')}`."
+        f"is over its episodes (days); medians and means are over seeds (deterministic methods and the hindsight "
+        f"references play once). Market: `{meta.get('market', '?')}`."
     )
+    gamma = meta.get("gmetric_gamma", DEFAULT_GAMMA)
+    zero_oracle = max((int(row.get("n_zero_oracle", 0) or 0) for row in summary.values()), default=0)
     columns = [
         "method",
         "ANS median",
@@ -212,7 +216,12 @@ def markdown_table(summary: Mapping[str, Mapping[str, Any]], meta: Mapping[str, 
         "",
         "ANS: mean normalized delivery D/D* over episodes, 0 when infeasible; CSR: share of feasible episodes "
         "(ROI ≥ L and cost ≤ budget); ANDR: mean (D/D* − 1) over feasible episodes, "
-        f'{MISSING} when none is; G-metric: USCB\'s, γ = 3 (paper appendix, "Evaluation Protocols").',
+        f'{MISSING} when none is; G-metric: USCB\'s, γ = {gamma:g} (paper appendix, "Evaluation Protocols").'
+        + (
+            f" {zero_oracle} episode(s) fall on days whose hindsight oracle delivers nothing: D/D* counts as 1 there."
+            if zero_oracle
+            else ""
+        ),
     ]
     tuned = meta.get("tuned") or {}
     if tuned:

@@ -28,6 +28,13 @@ def _run_setting(run_dir: Path) -> str:
         raise ValueError(f"{run_dir / RUN_FILE}: unreadable run record ({exc})") from None
 
 
+def _run_algo(run_dir: Path) -> str:
+    try:
+        return str(jsonlib.loads((run_dir / RUN_FILE).read_text())["config"]["algo"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{run_dir / RUN_FILE}: unreadable run record ({exc})") from None
+
+
 def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
     """Each method's setting matches ``setting`` (cards and run records only: nothing heavy is loaded).
 
@@ -55,14 +62,14 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
                 raise ValueError(f"{method}: {exc}") from None
             if str(card.setting) != setting.value:
                 raise ValueError(f"{method} was trained for {card.setting}, not {setting.value}")
-            plays[listed] = -1
+            plays[listed] = -1 if card.latent_dim > 0 else 1  # a non-Bayesian policy is deterministic
         elif is_run_dir(method):
             trained = _run_setting(Path(method))
             if trained != setting.value:
                 raise ValueError(f"{method} was trained for {trained}, not {setting.value}")
-            plays[listed] = -1
+            plays[listed] = -1 if _run_algo(Path(method)) == "cbrl" else 1
         else:
-            plays[listed] = -1
+            plays[listed] = -1 if method == "cem" else 1  # RM, PID and the references are deterministic
     return plays
 
 
@@ -79,7 +86,13 @@ def evaluate_command(
             " plays METHOD behind the safety shield.",
         ),
     ] = "rm,pid,cem,oracle-day",
-    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds 0..N-1 per method.")] = 5,
+    seeds: Annotated[
+        int, typer.Option("--seeds", min=1, help="Seeds 0..N-1 per stochastic method (deterministic ones play once).")
+    ] = 5,
+    gamma: Annotated[
+        float,
+        typer.Option("--gamma", min=1.0, help="The G-metric's gamma (results.sh passes the one validated for USCB)."),
+    ] = 3.0,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("out/evaluate"),
     json: Annotated[bool, typer.Option("--json", help="Print summary.json on stdout.")] = False,
 ) -> None:
@@ -111,7 +124,7 @@ def evaluate_command(
                     else:  # loading days, solving oracles, tuning a baseline: work of unknown length
                         bar.update(task, description=f"{title}: {STAGES.get(stage, stage)}")
 
-                evaluation = evaluate(market, setting.value, split, chosen, seeds, progress=tick)
+                evaluation = evaluate(market, setting.value, split, chosen, seeds, progress=tick, gamma=gamma)
         except EvaluationError as exc:
             raise fail(str(exc)) from None
         evaluation.meta["command"] = "rcb evaluate " + " ".join(shlex.quote(a) for a in sys.argv[2:])

@@ -178,6 +178,10 @@ class PolicyBidder(Bidder):
         self.encoder = encoder
         self.seed = 0
 
+    @property
+    def deterministic(self) -> bool:
+        return not self.stochastic and self.encoder is None
+
     def start(self, registration: Registration, seed: int) -> None:
         self.seed = seed
 

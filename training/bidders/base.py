@@ -37,6 +37,11 @@ class Bidder(ABC):
     def observe(self, history: History, result: SlotResult) -> None:  # noqa: B027 - optional hook
         """The slot just bid is over; ``history`` already holds it. ``result.by_bucket`` after a bucketed bid."""
 
+    @property
+    def deterministic(self) -> bool:
+        """True when the seed does not change a single bid: evaluation then plays it once, not once per seed."""
+        return False
+
     def params(self) -> dict[str, Any]:
         """The hyperparameters that define this bidder (saved and printed after tuning)."""
         return {}

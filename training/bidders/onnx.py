@@ -34,6 +34,10 @@ class OnnxBidder(Bidder):
     def load(cls, directory: Path | str, intra_op_threads: int = 1) -> OnnxBidder:
         return cls(load_artifact(directory, intra_op_threads=intra_op_threads))
 
+    @property
+    def deterministic(self) -> bool:
+        return not self.artifact.bayesian  # CBRL samples z with the seed's noise
+
     def start(self, registration: Registration, seed: int) -> None:
         self.seed = seed
 

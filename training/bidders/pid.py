@@ -37,6 +37,7 @@ class PID(Bidder):
     """The PID bidder; see the module docstring for the control law."""
 
     name: ClassVar[str] = "pid"
+    deterministic: ClassVar[bool] = True  # type: ignore[misc]
 
     def __init__(self, profile: np.ndarray, **params: float | np.ndarray):
         missing = set(PARAMS) - set(params)

@@ -22,6 +22,7 @@ class ConstantRatio(Bidder):
     """Bids one fixed ratio per episode in every slot (``ratio`` broadcasts over episodes)."""
 
     name: ClassVar[str] = "rm"
+    deterministic: ClassVar[bool] = True  # type: ignore[misc]
 
     def __init__(self, ratio: float | np.ndarray):
         self.ratio = np.asarray(ratio, dtype=np.float64)

@@ -31,6 +31,10 @@ class ShieldedBidder(Bidder):
         self.decisions = 0
         self.acted = 0
 
+    @property
+    def deterministic(self) -> bool:
+        return self.inner.deterministic
+
     def start(self, registration: Registration, seed: int) -> None:
         self.inner.start(registration, seed)
 
