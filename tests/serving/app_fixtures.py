@@ -6,6 +6,7 @@ The ``models`` and ``client`` fixtures live in conftest.py; these are the factor
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from loadtest.run_server import ServerProcess, free_port, start_process
 from service.config import Settings
 from service.main import create_app
 
@@ -62,3 +64,14 @@ def update(
         "wins": wins,
         "auctions": auctions,
     }
+
+
+def rcb_serve(model: Path, store: str = "memory", *args: str, ready_timeout: float = 60, **env: str) -> ServerProcess:
+    """``rcb serve`` as its own process on a free port (a context manager), ready when /readyz answers 200.
+
+    ``env`` adds ``RCB_*`` settings (e.g. ``RCB_NOISE_SEED="4"``); ``args`` more ``rcb serve`` flags.
+    """
+    port = free_port()
+    cmd = [sys.executable, "-m", "rcb.cli", "serve", "--model", str(model), "--store", store, "--port", str(port)]
+    cmd += ["--log-level", "warning", *args]
+    return start_process(cmd, port, cpu=None, ready_path="/readyz", env=env, ready_timeout=ready_timeout)

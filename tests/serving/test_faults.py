@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 
 import httpx
 import pytest
 
-from loadtest.run_server import free_port, start_process
-
-from .app_fixtures import register, serving, update
+from .app_fixtures import rcb_serve, register, serving, update
 
 pytestmark = pytest.mark.redis
 
@@ -84,26 +81,9 @@ def test_state_survives_a_service_restart(models, redis_server):
 
 def test_two_workers_serve_the_new_ratio_within_the_staleness_bound(models, redis_server):
     """After an update is acknowledged by one worker, the other serves the new ratio within ratio_cache_ttl_s."""
-    port = free_port()
     ttl = 1.0
-    cmd = [
-        sys.executable,
-        "-m",
-        "rcb.cli",
-        "serve",
-        "--model",
-        str(models.cbrl_model),
-        "--store",
-        redis_server.url,
-        "--port",
-        str(port),
-        "--workers",
-        "2",
-        "--log-level",
-        "warning",
-    ]
     env = {"RCB_KEY_PREFIX": prefix(), "RCB_RATIO_CACHE_TTL_S": str(ttl)}
-    with start_process(cmd, port, cpu=None, ready_path="/readyz", env=env, ready_timeout=90) as server:
+    with rcb_serve(models.cbrl_model, redis_server.url, "--workers", "2", ready_timeout=90, **env) as server:
         fresh = httpx.Limits(max_keepalive_connections=0)  # a new connection per request: both workers answer
         with httpx.Client(base_url=server.url, limits=fresh, timeout=5) as http:
             assert http.put("/v1/campaigns/c1", json={"episode": "e1", "roi_target": 1.0}).status_code == 201

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,34 +11,16 @@ import pytest
 from artifact_fixtures import SETTING
 from typer.testing import CliRunner
 
-from loadtest.run_server import free_port, start_process
+from loadtest.run_server import free_port
 from rcb.cli import app
 from training.bidders.base import play
 from training.bidders.onnx import OnnxBidder
 from training.dayset import DaySet
 from training.market.dataset import Market
 
+from .app_fixtures import rcb_serve
+
 SEED = 4
-
-
-def serve(model: Path, store: str, **env: str):
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "rcb.cli",
-        "serve",
-        "--model",
-        str(model),
-        "--store",
-        store,
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    environment = {"RCB_NOISE_SEED": str(SEED), "RCB_KEY_PREFIX": f"replay{uuid.uuid4().hex[:8]}", **env}
-    return start_process(cmd, port, cpu=None, ready_path="/readyz", env=environment, ready_timeout=60)
 
 
 @pytest.mark.parametrize("store", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
@@ -48,7 +28,8 @@ def test_replaying_through_the_service_gives_the_offline_episodes(models, store,
     url = "memory" if store == "memory" else request.getfixturevalue("redis_server").url
     days = DaySet.load(Market.open(models.market), "test", SETTING)
     offline = play(OnnxBidder.load(models.cbrl_model), days.indexes(), days.episode_days(), days.registration(), SEED)
-    with serve(models.cbrl_model, url) as server:
+    prefix = f"replay{uuid.uuid4().hex[:8]}"
+    with rcb_serve(models.cbrl_model, url, RCB_NOISE_SEED=str(SEED), RCB_KEY_PREFIX=prefix) as server:
         out = tmp_path / "replay"
         result = CliRunner().invoke(
             app,

@@ -6,8 +6,6 @@ few campaigns are registered first so bids and slot updates also reach their suc
 
 from __future__ import annotations
 
-import sys
-
 import httpx
 import pytest
 import schemathesis
@@ -16,26 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
 
-from loadtest.run_server import free_port, start_process
+from .app_fixtures import rcb_serve
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     models = exported_runs(tmp_path_factory)
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "rcb.cli",
-        "serve",
-        "--model",
-        str(models.cbrl_model),
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    with start_process(cmd, port, cpu=None, ready_path="/readyz", env={"RCB_MAX_UTILITIES": "5000"}) as process:
+    with rcb_serve(models.cbrl_model, RCB_MAX_UTILITIES="5000") as process:
         with httpx.Client(base_url=process.url) as http:
             for campaign in ("shop-42", "a", "0"):
                 http.put(f"/v1/campaigns/{campaign}", json={"episode": "e1", "roi_target": 1.0, "budget": 100.0})

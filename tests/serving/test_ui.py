@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 
 import httpx
 import pytest
 from artifact_fixtures import SETTING
 from typer.testing import CliRunner
 
-from loadtest.run_server import free_port, start_process
 from rcb.cli import app
+
+from .app_fixtures import rcb_serve
 
 
 def chromium() -> str:
@@ -24,20 +24,7 @@ def chromium() -> str:
 
 
 def test_the_status_page_shows_the_replayed_campaigns(models, tmp_path):
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "rcb.cli",
-        "serve",
-        "--model",
-        str(models.cbrl_model),
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    with start_process(cmd, port, cpu=None, ready_path="/readyz") as server:
+    with rcb_serve(models.cbrl_model) as server:
         replayed = CliRunner().invoke(
             app,
             [
