@@ -237,7 +237,12 @@ def code_features() -> tuple[FeatureSpec, ...]:
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The file's sha256, read in 1 MiB chunks (market day files are large)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for chunk in iter(lambda: f.read(2**20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 # --- Loading ----------------------------------------------------------------------------------------------

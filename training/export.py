@@ -213,7 +213,7 @@ def _swap_into_place(built: Path, out: Path) -> None:
     shutil.rmtree(retired, ignore_errors=True)
 
 
-def _check_destination(out: Path, force: bool) -> None:
+def check_destination(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
@@ -239,7 +239,7 @@ def export_run(
 ) -> ModelCard:
     """Export ``run``'s best actor (and encoder) into the model directory ``out``; return its card."""
     run, out = Path(run), Path(out)
-    _check_destination(out, force)
+    check_destination(out, force)
     try:  # RunError (a ValueError, passed on) when RUN is not a finished run at all
         saved, body = load_best(run)
         bidder = best_bidder(saved)
@@ -263,7 +263,7 @@ def export_modules(
 ) -> ModelCard:
     """Write, reload and parity-check the artifact of ``actor`` (+ ``encoder``), then move it to ``out``."""
     out = Path(out)
-    _check_destination(out, force)
+    check_destination(out, force)
     actor.eval()
     if encoder is not None:
         encoder.eval()

@@ -74,6 +74,8 @@ def run_training(
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
         start_epoch = len(history)
+    elif resume:
+        raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
     out.mkdir(parents=True, exist_ok=True)
     days = DaySet.load(market, "train", setting)
     best = max((h["validation_score"] for h in history), default=float("-inf"))

@@ -27,13 +27,13 @@ def export_command(
     json: Annotated[bool, typer.Option("--json", help="Print the export summary as JSON.")] = False,
 ) -> None:
     """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch."""
-    from training.export import ExportError, _check_destination, export_run
+    from training.export import ExportError, check_destination, export_run
     from training.train import RunError
 
     with user_errors():
         try:
             check_output_dir(out)
-            _check_destination(out, force)
+            check_destination(out, force)
             if not (run / "run.json").is_file() or not (run / "best.pt").is_file():
                 raise RunError(f"{run}: not a finished training run (no run.json or best.pt)")
             total = _steps(run)
