@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from model.state import CampaignState, StateError
@@ -21,9 +21,12 @@ from service.metrics import Metrics
 from service.ratio_cache import RatioCache
 from service.runner import Decided, ModelRunner
 from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
-from service.store import EpisodeStore, Stored, StoreUnavailable, UnknownCampaign
+from service.store import EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
 
 log = logging.getLogger("rcb.service")
+
+_YIELD_EVERY = 256
+"""A slot batch gives the event loop back (to bids) every this many campaigns, and writes them in one pipeline."""
 
 
 def decode(campaign: str, stored: Stored) -> CampaignState:
@@ -214,7 +217,9 @@ class Episodes:
                 unique.append(i)
         stored = await self.store.get_many([updates[i].campaign_id for i in unique])
         pending: list[tuple[int, CampaignState]] = []
-        for i, item in zip(unique, stored, strict=True):
+        for n_seen, (i, item) in enumerate(zip(unique, stored, strict=True), 1):
+            if n_seen % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let bids in: a big batch is many milliseconds of Python
             u = updates[i]
             if item is None:
                 results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
@@ -233,38 +238,81 @@ class Episodes:
         if pending:
             decided = await self.runner.decide_async([s for _, s in pending])
             self._count(decided, [updates[i].campaign_id for i, _ in pending])
-            limit = asyncio.Semaphore(self.settings.pool_size)
-
-            async def write(k: int, i: int, reported: CampaignState) -> None:
-                u = updates[i]
-                new = decided.state(k, reported)
-                async with limit:
-                    try:
-                        current = await self.store.compare_and_set(u.campaign_id, u.episode, u.slot, new.to_bytes())
-                    except UnknownCampaign:
-                        results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
-                        return
-                    except StoreUnavailable as exc:
-                        results[i] = self._error_item(u, store_unavailable(exc))
-                        return
-                if current is None:
-                    self._applied(new)
-                    results[i] = BatchItem(status=200, campaign_id=u.campaign_id, answer=answer(new, u.slot, False))
-                    return
-                try:
-                    outcome = self._classified(decode(u.campaign_id, current), u)
-                    assert isinstance(outcome, SlotAnswer), "a failed compare-and-set cannot leave the slot to apply"
-                    results[i] = BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
-                except ApiError as exc:
-                    results[i] = self._error_item(u, exc)
-
-            await asyncio.gather(*(write(k, i, s) for k, (i, s) in enumerate(pending)))
+            cas_many = getattr(self.store, "compare_and_set_many", None)
+            if cas_many is not None:
+                await self._write_pipelined(cas_many, updates, results, pending, decided)
+            else:
+                await self._write_each(updates, results, pending, decided)
         done = [r for r in results if r is not None]
         assert len(done) == n
         applied = sum(1 for r in done if r.answer is not None and not r.answer.replayed)
         replayed = sum(1 for r in done if r.answer is not None and r.answer.replayed)
         log.info("slot batch", extra={"updates": n, "applied": applied, "replayed": replayed})
         return SlotUpdateBatchAnswer(results=done, applied=applied, replayed=replayed, failed=n - applied - replayed)
+
+    def _written(self, u: SlotUpdate, new: CampaignState, current: Stored | None) -> BatchItem:
+        """The item of an update whose compare-and-set answered ``current`` (None: written)."""
+        if current is None:
+            self._applied(new)
+            return BatchItem(status=200, campaign_id=u.campaign_id, answer=answer(new, u.slot, False))
+        try:
+            outcome = self._classified(decode(u.campaign_id, current), u)
+            assert isinstance(outcome, SlotAnswer), "a failed compare-and-set cannot leave the slot to apply"
+            return BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
+        except ApiError as exc:
+            return self._error_item(u, exc)
+
+    async def _write_pipelined(
+        self,
+        cas_many: Callable[[Sequence[tuple[str, str, int, bytes]]], Awaitable[list[Stored | StoreError | None]]],
+        updates: Sequence[SlotUpdate],
+        results: list[BatchItem | None],
+        pending: list[tuple[int, CampaignState]],
+        decided: Decided,
+    ) -> None:
+        """Chunks of new states, each written in one pipelined round trip, yielding to bids between chunks."""
+        for start in range(0, len(pending), _YIELD_EVERY):
+            part = pending[start : start + _YIELD_EVERY]
+            news = [decided.state(start + k, reported) for k, (_, reported) in enumerate(part)]
+            writes = []
+            for (i, _), new in zip(part, news, strict=True):
+                u = updates[i]
+                writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes()))
+            currents = await cas_many(writes)
+            for (i, _), new, current in zip(part, news, currents, strict=True):
+                u = updates[i]
+                if isinstance(current, UnknownCampaign):
+                    results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
+                elif isinstance(current, StoreError):
+                    results[i] = self._error_item(u, store_unavailable(current))
+                else:
+                    results[i] = self._written(u, new, current)
+
+    async def _write_each(
+        self,
+        updates: Sequence[SlotUpdate],
+        results: list[BatchItem | None],
+        pending: list[tuple[int, CampaignState]],
+        decided: Decided,
+    ) -> None:
+        """One compare-and-set per campaign, at most ``pool_size`` in flight (stores without a batch write)."""
+        limit = asyncio.Semaphore(self.settings.pool_size)
+
+        async def write(k: int, i: int, reported: CampaignState) -> None:
+            u = updates[i]
+            new = decided.state(k, reported)
+            async with limit:
+                try:
+                    current = await self.store.compare_and_set(u.campaign_id, u.episode, u.slot, new.to_bytes())
+                except UnknownCampaign:
+                    results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
+                    return
+                except StoreUnavailable as exc:
+                    results[i] = self._error_item(u, store_unavailable(exc))
+                    return
+            results[i] = self._written(u, new, current)
+
+        await asyncio.gather(*(write(k, i, s) for k, (i, s) in enumerate(pending)))
 
     @staticmethod
     def _error_item(update: SlotUpdate, exc: ApiError) -> BatchItem:

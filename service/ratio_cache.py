@@ -10,13 +10,14 @@ a stale entry keeps serving (answers say ``stale: true``) rather than failing th
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.state import CampaignState, StateError
 from service.metrics import Metrics
-from service.store import EpisodeStore, StoreUnavailable
+from service.store import EpisodeStore, Stored, StoreUnavailable
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,11 @@ class RatioCache:
         self.max_entries = max_entries
         self._entries: dict[str, CachedRatio] = {}
         self._hits = metrics.cache.labels(outcome="hit")  # labels() costs microseconds: once, not once a bid
+        # Misses waiting for the next store read: every bid that misses in one event-loop pass shares one
+        # get_many (one Redis pipeline instead of one round trip each), and a campaign is read once.
+        self._waiting: dict[str, asyncio.Future[Stored | None]] = {}
+        self._waiting_store: EpisodeStore | None = None
+        self._reads: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -65,6 +71,51 @@ class RatioCache:
 
     def peek(self, campaign: str) -> CachedRatio | None:
         return self._entries.get(campaign)
+
+    async def _read(self, names: list[str], store: EpisodeStore) -> list[Stored | None]:
+        """``store.get_many(names)``, coalesced with the other misses of this event-loop pass."""
+        if self._waiting and store is not self._waiting_store:
+            return await store.get_many(names)
+        loop = asyncio.get_running_loop()
+        futures = []
+        for name in names:
+            future = self._waiting.get(name)
+            if future is None:
+                future = self._waiting[name] = loop.create_future()
+            futures.append(future)
+        if self._waiting_store is None:
+            self._waiting_store = store
+            loop.call_soon(self._start_read)
+        # shield: a cancelled bid must not cancel the read that other bids wait for
+        if len(futures) == 1:
+            return [await asyncio.shield(futures[0])]
+        return list(await asyncio.gather(*(asyncio.shield(f) for f in futures)))
+
+    def _start_read(self) -> None:
+        batch, store = self._waiting, self._waiting_store
+        self._waiting, self._waiting_store = {}, None
+        assert store is not None
+        task = asyncio.get_running_loop().create_task(self._read_batch(batch, store))
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
+
+    @staticmethod
+    async def _read_batch(batch: dict[str, asyncio.Future[Stored | None]], store: EpisodeStore) -> None:
+        names = list(batch)
+        try:
+            stored = await store.get_many(names)
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else StoreUnavailable(f"store read interrupted ({exc!r})")
+            for future in batch.values():
+                if not future.done():
+                    future.set_exception(error)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for name, item in zip(names, stored, strict=True):
+            future = batch[name]
+            if not future.done():
+                future.set_result(item)
 
     async def get_many(self, campaigns: Sequence[str], store: EpisodeStore) -> tuple[list[CachedRatio | None], bool]:
         """Entries for ``campaigns`` (None: unknown campaign), and whether any was served stale.
@@ -90,7 +141,7 @@ class RatioCache:
             return out, served_stale
         names = [campaigns[k] for k in missing]
         try:
-            stored = await store.get_many(names)
+            stored = await self._read(names, store)
         except StoreUnavailable:
             stale = [self._entries.get(name) for name in names]
             if any(e is None for e in stale):

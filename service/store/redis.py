@@ -218,6 +218,66 @@ class RedisStore:
             raise UnknownCampaign(campaign)
         return _decode(reply[1:])
 
+    async def compare_and_set_many(
+        self, items: Sequence[tuple[str, str, int, bytes]], chunk: int = 256
+    ) -> list[Stored | StoreError | None]:
+        """:meth:`compare_and_set` of many ``(campaign, episode, expected_slot, blob)``, one pipelined round trip per
+        ``chunk`` items (the same script, no MULTI: each item is checked and written on its own, as alone).
+
+        Per item, in order: None (written), the :class:`Stored` state found instead, or the error the single call
+        would raise (:class:`UnknownCampaign`, or :class:`StoreUnavailable` for every item of a chunk that failed).
+        On a Redis Cluster the items go one call each (a cluster pipeline runs no scripts here).
+        """
+        for campaign, episode, expected_slot, blob in items:
+            check_campaign(campaign)
+            check_write(episode, blob, expected_slot)
+        if not isinstance(self._client, Redis):
+            return list(await asyncio.gather(*(self._cas_or_error(*item) for item in items)))
+        out: list[Stored | StoreError | None] = []
+        for start in range(0, len(items), chunk):
+            part = items[start : start + chunk]
+
+            async def run(part: Sequence[tuple[str, str, int, bytes]] = part) -> list[Any]:
+                script = self._compare_and_set
+                async with self._client.pipeline(transaction=False) as pipe:
+                    pipe.scripts.add(script)  # execute() loads it first if the server lacks it (NOSCRIPT)
+                    for campaign, episode, expected_slot, blob in part:
+                        key = self.key(campaign)
+                        pipe.evalsha(
+                            script.sha,
+                            1,
+                            key,
+                            episode,
+                            expected_slot,
+                            bytes(blob),
+                            self.state_ttl_ms,
+                            self.channel,
+                            campaign,
+                        )
+                    return await pipe.execute(raise_on_error=False)
+
+            try:
+                replies = await self._call("compare_and_set", run)
+            except StoreUnavailable as exc:
+                out.extend(exc for _ in part)
+                continue
+            for (campaign, *_), reply in zip(part, replies, strict=True):
+                if isinstance(reply, Exception):
+                    error = StoreUnavailable(f"{self.where}: compare_and_set failed: {type(reply).__name__}: {reply}")
+                    out.append(error)
+                    continue
+                status = int(reply[0])
+                out.append(None if status == 1 else UnknownCampaign(campaign) if status == -1 else _decode(reply[1:]))
+        return out
+
+    async def _cas_or_error(
+        self, campaign: str, episode: str, expected_slot: int, blob: bytes
+    ) -> Stored | StoreError | None:
+        try:
+            return await self.compare_and_set(campaign, episode, expected_slot, blob)
+        except StoreError as exc:
+            return exc
+
     async def delete(self, campaign: str) -> None:
         key = self.key(campaign)
         if await self._call("delete", lambda: self._client.delete(key)):

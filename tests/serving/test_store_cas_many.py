@@ -1,0 +1,34 @@
+"""RedisStore.compare_and_set_many (the pipelined batch write of /v1/slot-update/batch): per item, the answer that
+compare_and_set alone gives, in order; on a Redis Cluster the same through one call each."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.store import EpisodeStore, Stored, UnknownCampaign
+
+pytestmark = pytest.mark.anyio
+DAY = "2024-05-01"
+
+
+async def test_each_item_answers_as_alone(store: EpisodeStore, store_url: str) -> None:
+    if store_url == "memory":
+        pytest.skip("the memory store has no batch write (the batch path writes one by one)")
+    for c in ("a", "b", "c"):
+        await store.register(c, DAY, b"s0")
+    assert await store.compare_and_set("b", DAY, 0, b"b1") is None
+    items = [
+        ("a", DAY, 0, b"a1"),  # applies
+        ("b", DAY, 0, b"b1 again"),  # stale: answers the state found
+        ("nobody", DAY, 0, b"x"),  # unknown
+        ("c", "2024-05-02", 0, b"other day"),  # wrong episode: answers the state found
+        ("a", DAY, 1, b"a2"),  # the next slot of an item written earlier in the same call
+    ]
+    out = await store.compare_and_set_many(items, chunk=2)  # type: ignore[attr-defined]
+    assert out[0] is None
+    assert out[1] == Stored(DAY, 1, b"b1")
+    assert isinstance(out[2], UnknownCampaign) and out[2].campaign == "nobody"
+    assert out[3] == Stored(DAY, 0, b"s0")
+    assert out[4] is None
+    expected = [Stored(DAY, 2, b"a2"), Stored(DAY, 1, b"b1"), Stored(DAY, 0, b"s0")]
+    assert await store.get_many(["a", "b", "c"]) == expected
