@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from model.state import CampaignState, StateError
@@ -25,8 +25,13 @@ from service.store import EpisodeStore, Stored, StoreError, StoreUnavailable, Un
 
 log = logging.getLogger("rcb.service")
 
-_YIELD_EVERY = 256
-"""A slot batch gives the event loop back (to bids) every this many campaigns, and writes them in one pipeline."""
+_CHUNK = 256
+"""A slot batch reads, decides and writes this many campaigns at a time (one pipeline each), giving the event loop
+back to bids between chunks; only _CHUNK_WITH_BIDS while bids flow (a chunk of 256 is ~20 ms of Python, and every
+bid step waits for the chunk running)."""
+_CHUNK_WITH_BIDS = 16
+_BID_PRIORITY_S = 0.002
+"""Longest a batch waits between two chunks for the bids in flight to finish."""
 
 
 def decode(campaign: str, stored: Stored) -> CampaignState:
@@ -92,6 +97,9 @@ class Episodes:
         self, store: EpisodeStore, runner: ModelRunner, cache: RatioCache, metrics: Metrics, settings: Settings
     ):
         self.store, self.runner, self.cache, self.metrics, self.settings = store, runner, cache, metrics, settings
+        # One lane for the CPU work of slot batches: concurrent batches take turns chunk by chunk, so a bid waits
+        # behind at most one chunk (a few ms), not one chunk of every batch in flight.
+        self._lane = asyncio.Lock()
 
     async def read(self, campaign: str) -> CampaignState:
         stored = await self.store.get(campaign)
@@ -199,7 +207,8 @@ class Episodes:
                 self.metrics.out_of_range.labels(campaign=campaign).inc()
 
     async def apply_batch(self, updates: Sequence[SlotUpdate]) -> SlotUpdateBatchAnswer:
-        """One answer per update, in order; one ``get_many``, one model call, one compare-and-set per campaign."""
+        """One answer per update, in order. Reads, decisions and writes go in chunks (one ``get_many``, one model call
+        and, on Redis, one pipelined compare-and-set per chunk), with the bids in flight served between chunks."""
         n = len(updates)
         results: list[BatchItem | None] = [None] * n
         seen: set[str] = set()
@@ -215,40 +224,70 @@ class Episodes:
             else:
                 seen.add(u.campaign_id)
                 unique.append(i)
-        stored = await self.store.get_many([updates[i].campaign_id for i in unique])
+        stored: list[Stored | None] = []
+        for start, stop in self._spans(len(unique)):  # read in chunks too: one big pipeline is one long stall
+            stored += await self.store.get_many([updates[i].campaign_id for i in unique[start:stop]])
         pending: list[tuple[int, CampaignState]] = []
-        for n_seen, (i, item) in enumerate(zip(unique, stored, strict=True), 1):
-            if n_seen % _YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # let bids in: a big batch is many milliseconds of Python
-            u = updates[i]
-            if item is None:
-                results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
-                self.metrics.slot_updates.labels(result="unknown").inc()
-                continue
-            try:
-                state = decode(u.campaign_id, item)
-                outcome = self._classified(state, u)
-            except ApiError as exc:
-                results[i] = self._error_item(u, exc)
-                continue
-            if isinstance(outcome, SlotAnswer):
-                results[i] = BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
-            else:
-                pending.append((i, state.reported(u.delivery, u.cost, u.wins, u.auctions)))
-        if pending:
+        for start, stop in self._spans(len(unique)):
+            async with self._lane:
+                part = zip(unique[start:stop], stored[start:stop], strict=True)
+                for i, item in part:
+                    self._classify_item(updates[i], i, item, results, pending)
+            await self._after_bids()
+        cas_many = getattr(self.store, "compare_and_set_many", None)
+        if pending and cas_many is not None:
+            await self._decide_and_write_chunks(cas_many, updates, results, pending)
+        elif pending:
             decided = await self.runner.decide_async([s for _, s in pending])
             self._count(decided, [updates[i].campaign_id for i, _ in pending])
-            cas_many = getattr(self.store, "compare_and_set_many", None)
-            if cas_many is not None:
-                await self._write_pipelined(cas_many, updates, results, pending, decided)
-            else:
-                await self._write_each(updates, results, pending, decided)
+            await self._write_each(updates, results, pending, decided)
         done = [r for r in results if r is not None]
         assert len(done) == n
         applied = sum(1 for r in done if r.answer is not None and not r.answer.replayed)
         replayed = sum(1 for r in done if r.answer is not None and r.answer.replayed)
         log.info("slot batch", extra={"updates": n, "applied": applied, "replayed": replayed})
         return SlotUpdateBatchAnswer(results=done, applied=applied, replayed=replayed, failed=n - applied - replayed)
+
+    def _spans(self, n: int) -> Iterator[tuple[int, int]]:
+        """``(start, stop)`` chunks of ``range(n)``: small while bids flow, sized when each chunk starts."""
+        start = 0
+        while start < n:
+            stop = min(n, start + (_CHUNK_WITH_BIDS if self.cache.bids_flowing() else _CHUNK))
+            yield start, stop
+            start = stop
+
+    async def _after_bids(self) -> None:
+        """Between two chunks of a batch: give the loop to the bids in flight first (at most ~2 ms a chunk), so a
+        slot boundary fills the gaps between bids instead of queueing them behind it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _BID_PRIORITY_S
+        await asyncio.sleep(0)
+        while self.cache.bids_in_flight and loop.time() < deadline:
+            await asyncio.sleep(0)
+
+    def _classify_item(
+        self,
+        u: SlotUpdate,
+        i: int,
+        item: Stored | None,
+        results: list[BatchItem | None],
+        pending: list[tuple[int, CampaignState]],
+    ) -> None:
+        """One update of a batch against its stored state: an item now (unknown, conflict, replay) or pending."""
+        if item is None:
+            results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
+            self.metrics.slot_updates.labels(result="unknown").inc()
+            return
+        try:
+            state = decode(u.campaign_id, item)
+            outcome = self._classified(state, u)
+        except ApiError as exc:
+            results[i] = self._error_item(u, exc)
+            return
+        if isinstance(outcome, SlotAnswer):
+            results[i] = BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
+        else:
+            pending.append((i, state.reported(u.delivery, u.cost, u.wins, u.auctions)))
 
     def _written(self, u: SlotUpdate, new: CampaignState, current: Stored | None) -> BatchItem:
         """The item of an update whose compare-and-set answered ``current`` (None: written)."""
@@ -262,31 +301,37 @@ class Episodes:
         except ApiError as exc:
             return self._error_item(u, exc)
 
-    async def _write_pipelined(
+    async def _decide_and_write_chunks(
         self,
         cas_many: Callable[[Sequence[tuple[str, str, int, bytes]]], Awaitable[list[Stored | StoreError | None]]],
         updates: Sequence[SlotUpdate],
         results: list[BatchItem | None],
         pending: list[tuple[int, CampaignState]],
-        decided: Decided,
     ) -> None:
-        """Chunks of new states, each written in one pipelined round trip, yielding to bids between chunks."""
-        for start in range(0, len(pending), _YIELD_EVERY):
-            part = pending[start : start + _YIELD_EVERY]
-            news = [decided.state(start + k, reported) for k, (_, reported) in enumerate(part)]
-            writes = []
-            for (i, _), new in zip(part, news, strict=True):
-                u = updates[i]
-                writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes()))
+        """Chunk by chunk: decide (one model call, on the event loop), write in one pipelined round trip, answer;
+        the bids in flight go first between chunks. The model runs here, not in a thread: on the one core of a
+        worker a thread only takes CPU from the loop (and the GIL in 5 ms slices), where chunks let bids first."""
+        for start, stop in self._spans(len(pending)):
+            part = pending[start:stop]
+            async with self._lane:
+                decided = self.runner.decide([s for _, s in part])
+                self._count(decided, [updates[i].campaign_id for i, _ in part])
+                news = [decided.state(k, reported) for k, (_, reported) in enumerate(part)]
+                writes = []
+                for (i, _), new in zip(part, news, strict=True):
+                    u = updates[i]
+                    writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes()))
             currents = await cas_many(writes)
-            for (i, _), new, current in zip(part, news, currents, strict=True):
-                u = updates[i]
-                if isinstance(current, UnknownCampaign):
-                    results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
-                elif isinstance(current, StoreError):
-                    results[i] = self._error_item(u, store_unavailable(current))
-                else:
-                    results[i] = self._written(u, new, current)
+            async with self._lane:
+                for (i, _), new, current in zip(part, news, currents, strict=True):
+                    u = updates[i]
+                    if isinstance(current, UnknownCampaign):
+                        results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
+                    elif isinstance(current, StoreError):
+                        results[i] = self._error_item(u, store_unavailable(current))
+                    else:
+                        results[i] = self._written(u, new, current)
+            await self._after_bids()
 
     async def _write_each(
         self,

@@ -49,6 +49,13 @@ class RatioCache:
         self._waiting: dict[str, asyncio.Future[Stored | None]] = {}
         self._waiting_store: EpisodeStore | None = None
         self._reads: set[asyncio.Task[None]] = set()
+        self.bids_in_flight = 0
+        """``/v1/bid`` requests being answered now: slot batches let them finish first (service.episodes)."""
+        self.last_bid = float("-inf")
+        """``time.monotonic()`` when the last ``/v1/bid`` started: while bids flow, slot batches take smaller steps."""
+
+    def bids_flowing(self, window_s: float = 0.05) -> bool:
+        return bool(self.bids_in_flight) or time.monotonic() - self.last_bid < window_s
 
     def __len__(self) -> int:
         return len(self._entries)

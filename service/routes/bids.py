@@ -14,6 +14,7 @@ over, bids 0.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -128,6 +129,15 @@ async def bid(request: Request) -> Response:
     # worker thread, and four thread hops cost several times the whole bid (see BENCHMARKS.md, Service).
     state = request.app.state
     cache, store, settings, metrics = state.cache, state.store, state.settings, state.metrics
+    cache.bids_in_flight += 1
+    cache.last_bid = time.monotonic()
+    try:
+        return await _bid(request, cache, store, settings, metrics)
+    finally:
+        cache.bids_in_flight -= 1
+
+
+async def _bid(request: Request, cache: Any, store: Any, settings: Any, metrics: Any) -> Response:
     content_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if content_type not in (JSON, BINARY):
         raise ApiError(415, "unsupported_media_type", f"send {JSON} or {BINARY}, not {content_type or 'nothing'!r}")
