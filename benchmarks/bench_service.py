@@ -33,9 +33,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -63,8 +65,10 @@ PYTEST = "[p]ytest"
 SLO_P99_MS = 50.0
 MIN_ACHIEVED = 0.97
 SERVER_CPU, CLIENT_CPU = 0, 1
+REDIS_CPU = int(os.environ.get("BENCH_REDIS_CPU", SERVER_CPU))
 MODEL_DIR = ROOT / "models" / "default"
 LAST_SLOT = 47
+T = TypeVar("T")
 
 ROWS: list[tuple[str, str, str, str]] = []  # (measure, figure, target, load averages)
 
@@ -95,15 +99,52 @@ def wait_for_pytest(limit_s: float = 600.0) -> None:
     log("  pytest still running after 10 minutes: measuring anyway (see the load averages)")
 
 
+class Quiet:
+    """What happened around one measurement: the load average before it, and whether a pytest ran during it."""
+
+    def __init__(self) -> None:
+        self.load = loadavg()
+        self.pytest_seen = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        for _ in range(3600):  # bounded: one pgrep a second, at most an hour
+            if self._stop.wait(1.0):
+                return
+            if subprocess.run(["pgrep", "-f", PYTEST], capture_output=True).returncode == 0:
+                self.pytest_seen = True
+
+    def note(self) -> str:
+        return f"load {self.load}" + ("; a pytest ran during it" if self.pytest_seen else "")
+
+
 @contextlib.contextmanager
-def training_paused() -> Iterator[None]:
+def training_paused() -> Iterator[Quiet]:
+    """Wait for a running pytest, pause the training, yield; resume the training whatever happens."""
     wait_for_pytest()
     subprocess.run(["pkill", "-STOP", "-f", TRAIN], capture_output=True)
     try:
         time.sleep(1.0)  # let the load settle a little
-        yield
+        quiet = Quiet()
+        quiet._thread.start()
+        try:
+            yield quiet
+        finally:
+            quiet._stop.set()
     finally:
         subprocess.run(["pkill", "-CONT", "-f", TRAIN], capture_output=True)
+
+
+def measured(fn: Callable[[], T], retries: int = 1) -> tuple[T, Quiet]:
+    """``fn()`` with the training paused; run again (once) if a pytest ran meanwhile. Returns (result, Quiet)."""
+    for attempt in range(retries + 1):
+        with training_paused() as quiet:
+            result = fn()
+        if not quiet.pytest_seen or attempt == retries:
+            return result, quiet
+        log(f"  (a pytest ran during that measurement: measuring again; {quiet.note()})")
+    raise AssertionError("unreachable")
 
 
 def start_watchdog() -> subprocess.Popen:
@@ -201,7 +242,8 @@ def capacity(
 def p99_at(scenario: str, url: str, rate: float, duration: float, campaigns: int = 1000) -> dict:
     res = run_scenario(scenario, url, rate=rate, duration=duration, campaigns=campaigns, setup=False)
     s = res.summary["streams"]["bid"]
-    return {"p50": s["latency_ms"]["p50"], "p99": s["latency_ms"]["p99"], "errors": s["errors"]}
+    lag = s["send_lag_ms"]["p99"]
+    return {"p50": s["latency_ms"]["p50"], "p99": s["latency_ms"]["p99"], "errors": s["errors"], "lag_p99": lag}
 
 
 def med(xs: list[float]) -> float:
@@ -210,49 +252,74 @@ def med(xs: list[float]) -> float:
 
 def floor_vs_service(scenario: str, label: str, guess: float, reps: int, duration: float, half_s: float) -> dict:
     log(f"\n== {label}: floor vs service (memory store), {reps} alternating repeats ==")
-    with training_paused():
-        load = loadavg()
-        with start_floor() as floor, start_service("memory") as svc:
-            for server in (floor, svc):
-                setup_campaigns(server.url, campaign_ids(1000))
-            floor_caps, svc_caps, ratios = [], [], []
-            g_floor = g_svc = guess
-            for rep in range(reps):
-                order = [("floor", floor), ("service", svc)]
-                if rep % 2:
-                    order.reverse()
-                caps = {}
-                for name, server in order:
-                    g = g_floor if name == "floor" else g_svc
-                    caps[name] = capacity(scenario, server.url, g, duration)
-                    log(f"  rep {rep + 1}: {name:7s} capacity {caps[name]:,.0f}/s  (load {loadavg()})")
-                floor_caps.append(caps["floor"])
-                svc_caps.append(caps["service"])
-                ratios.append(caps["service"] / caps["floor"])
-                g_floor, g_svc = 0.9 * caps["floor"], 0.9 * caps["service"]
-            cap_svc = med(svc_caps)
-            halves = [p99_at(scenario, svc.url, cap_svc / 2, half_s) for _ in range(max(reps, 2))]
-            for h in halves:
-                log(f"  service at half capacity ({cap_svc / 2:,.0f}/s): p50 {h['p50']} ms, p99 {h['p99']} ms")
-        load_end = loadavg()
+    loads: list[str] = []
+    with start_floor() as floor, start_service("memory") as svc:
+        for server in (floor, svc):
+            setup_campaigns(server.url, campaign_ids(1000))
+        caps: dict[str, list[float]] = {"floor": [], "service": []}
+        guesses = {"floor": guess, "service": guess}
+        ratios = []
+        for rep in range(reps):
+            order = [("floor", floor), ("service", svc)]
+            if rep % 2:
+                order.reverse()
+
+            def pair(order=order) -> dict[str, float]:
+                return {name: capacity(scenario, server.url, guesses[name], duration) for name, server in order}
+
+            got, quiet = measured(pair)
+            loads.append(quiet.load)
+            for name, cap in got.items():
+                caps[name].append(cap)
+                guesses[name] = 0.85 * cap
+            ratios.append(got["service"] / got["floor"])
+            log(
+                f"  rep {rep + 1}: floor {got['floor']:,.0f}/s, service {got['service']:,.0f}/s, "
+                f"service/floor {ratios[-1]:.2f}  ({quiet.note()})"
+            )
+        cap_svc = med(caps["service"])
+        half = cap_svc / 2
+        halves: dict[str, list[dict]] = {"floor": [], "service": []}
+        for _ in range(max(reps, 2)):
+
+            def both() -> dict[str, dict]:
+                return {
+                    name: p99_at(scenario, server.url, half, half_s)
+                    for name, server in (("floor", floor), ("service", svc))
+                }
+
+            got, quiet = measured(both)
+            loads.append(quiet.load)
+            for name, h in got.items():
+                halves[name].append(h)
+                log(
+                    f"  at {half:,.0f}/s (half the service's capacity): {name:7s} p50 {h['p50']:.2f} ms, "
+                    f"p99 {h['p99']:.2f} ms, send-lag p99 {h['lag_p99']:.2f} ms, errors {h['errors']}  ({quiet.note()})"
+                )
     out = {
-        "floor": med(floor_caps),
+        "floor": med(caps["floor"]),
         "service": cap_svc,
         "ratio": med(ratios),
-        "floor_all": floor_caps,
-        "service_all": svc_caps,
+        "floor_all": caps["floor"],
+        "service_all": caps["service"],
         "ratios": ratios,
-        "half_p99": med([h["p99"] for h in halves]),
-        "half_p50": med([h["p50"] for h in halves]),
-        "half_errors": sum(h["errors"] for h in halves),
-        "load": f"{load} .. {load_end}",
+        "half_rate": half,
+        "half_p99": med([h["p99"] for h in halves["service"]]),
+        "half_p50": med([h["p50"] for h in halves["service"]]),
+        "half_p99_floor": med([h["p99"] for h in halves["floor"]]),
+        "half_errors": sum(h["errors"] for h in halves["service"]),
+        "load": load_range(loads),
     }
     log(
-        f"  floor {out['floor']:,.0f}/s {floor_caps}, service {cap_svc:,.0f}/s {svc_caps}; "
-        f"service/floor {out['ratio']:.2f} (per repeat {[round(r, 2) for r in ratios]}); "
-        f"p99 at half capacity {out['half_p99']} ms"
+        f"  median: floor {out['floor']:,.0f}/s, service {cap_svc:,.0f}/s, service/floor {out['ratio']:.2f}; "
+        f"p99 at {half:,.0f}/s: service {out['half_p99']:.2f} ms, floor {out['half_p99_floor']:.2f} ms"
     )
     return out
+
+
+def load_range(loads: list[str]) -> str:
+    ones = sorted(float(x.split("/")[0]) for x in loads)
+    return f"{ones[0]:.2f}-{ones[-1]:.2f}" if ones else ""
 
 
 # -- stores and workers ----------------------------------------------------------------------------------------------
@@ -261,7 +328,7 @@ def floor_vs_service(scenario: str, label: str, guess: float, reps: int, duratio
 @contextlib.contextmanager
 def redis_single(tmp: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp / "redis").start()
-    pin(server.pid, SERVER_CPU)
+    pin(server.pid, REDIS_CPU)
     try:
         yield server
     finally:
@@ -274,7 +341,7 @@ def redis_cluster(tmp: Path) -> Iterator[RedisClusterProcs]:
     try:
         cluster.start()
         for s in cluster.servers:
-            pin(s.pid, SERVER_CPU)
+            pin(s.pid, REDIS_CPU)
         yield cluster
     finally:
         cluster.stop()
@@ -284,8 +351,8 @@ def stores_and_workers(guess: float, reps: int, duration: float, tmp: Path) -> d
     log(f"\n== binary bids: memory vs Redis vs Redis Cluster; rcb serve 1 vs 2 workers (Redis); {reps} repeats ==")
     configs = ["memory", "redis", "cluster", "serve-1w", "serve-2w-cpu0", "serve-2w-both"]
     caps: dict[str, list[float]] = {c: [] for c in configs}
-    with training_paused(), redis_single(tmp) as single, redis_cluster(tmp) as cluster:
-        load = loadavg()
+    loads: list[str] = []
+    with redis_single(tmp) as single, redis_cluster(tmp) as cluster:
         g = dict.fromkeys(configs, guess)
         for rep in range(reps):
             for config in configs:
@@ -306,14 +373,16 @@ def stores_and_workers(guess: float, reps: int, duration: float, tmp: Path) -> d
                     setup_campaigns(server.url, campaign_ids(1000, prefix))
                     # warm every worker's ratio cache and connections
                     run_scenario("bid-binary", server.url, rate=500, duration=1, campaign_prefix=prefix, setup=False)
-                    cap = capacity("bid-binary", server.url, g[config], duration, prefix=prefix)
+                    cap, quiet = measured(
+                        lambda: capacity("bid-binary", server.url, g[config], duration, prefix=prefix)  # noqa: B023
+                    )
                 caps[config].append(cap)
-                g[config] = 0.9 * cap
-                log(f"  rep {rep + 1}: {config:14s} capacity {cap:,.0f}/s  (load {loadavg()})")
-        load_end = loadavg()
+                loads.append(quiet.load)
+                g[config] = 0.85 * cap
+                log(f"  rep {rep + 1}: {config:14s} capacity {cap:,.0f}/s  ({quiet.note()})")
     out = {c: med(v) for c, v in caps.items()}
     out["all"] = caps
-    out["load"] = f"{load} .. {load_end}"
+    out["load"] = load_range(loads)
     return out
 
 
@@ -367,26 +436,29 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
         f"(batch endpoint, mixed scenario) =="
     )
     out: dict = {}
-    with training_paused(), redis_single(tmp) as single, start_service(single.url) as svc:
-        load = loadavg()
+    loads: list[str] = []
+    with redis_single(tmp) as single, start_service(single.url) as svc:
         url = svc.url
         client = single.client(10.0)
         ids_single = campaign_ids(n_single, "s")
         ids_boundary = campaign_ids(n_boundary, "b")
         n_seed = min(n_boundary, 1000)
         ids_api = ids_single + ids_boundary[:n_seed]
-        t0 = time.perf_counter()
-        setup_campaigns(url, ids_api, rate=3000, timeout=30.0)
-        t_reg = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for slot in range(LAST_SLOT):
-            post_batches(url, ids_api, slot, 2000, 2, seed=slot)
-        t_adv = time.perf_counter() - t0
+
+        def setup() -> tuple[float, float]:
+            t0 = time.perf_counter()
+            setup_campaigns(url, ids_api, rate=3000, timeout=30.0)
+            t1 = time.perf_counter()
+            for slot in range(LAST_SLOT):
+                post_batches(url, ids_api, slot, 2000, 2, seed=slot)
+            return t1 - t0, time.perf_counter() - t1
+
+        (t_reg, t_adv), quiet = measured(setup, retries=0)
         n_upd = len(ids_api) * LAST_SLOT
         log(
             f"  setup: registered {len(ids_api):,} campaigns in {t_reg:.1f} s ({len(ids_api) / t_reg:,.0f}/s); "
             f"advanced them to slot 47 in {t_adv:.1f} s ({n_upd:,} updates in batches of 2,000 over 2 connections: "
-            f"{n_upd / t_adv:,.0f}/s)"
+            f"{n_upd / t_adv:,.0f}/s)  ({quiet.note()})"
         )
         out["register_rate"] = len(ids_api) / t_reg
         out["advance_rate"] = n_upd / t_adv
@@ -397,15 +469,19 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
         assert all(int(s) == LAST_SLOT for _, s, _ in saved), "campaigns not at slot 47"
 
         # 4. single updates of slot 47 at 100/s, one per campaign
-        reqs = slot_update_requests(Target.from_url(url), slot_updates(ids_single, "e1", LAST_SLOT, seed=LAST_SLOT))
-        run = run_open_loop(url, [Stream("single", reqs, 100.0, len(reqs), connections=8)], timeout=10.0)
-        s = summarize(run.streams["single"])
-        out["single"] = {"p50": s["latency_ms"]["p50"], "p99": s["latency_ms"]["p99"], "errors": s["errors"]}
-        out["single_load"] = loadavg()
+        def singles() -> dict:
+            reqs = slot_update_requests(Target.from_url(url), slot_updates(ids_single, "e1", LAST_SLOT, LAST_SLOT))
+            run = run_open_loop(url, [Stream("single", reqs, 100.0, len(reqs), connections=8)], timeout=10.0)
+            return summarize(run.streams["single"])
+
+        s, quiet = measured(singles, retries=0)  # the campaigns are at slot 48 after it: no second try
+        lat = s["latency_ms"]
+        out["single"] = {"p50": lat["p50"], "p99": lat["p99"], "max": lat["max"], "errors": s["errors"]}
+        out["single_load"] = quiet.load
+        loads.append(quiet.load)
         log(
-            f"  single slot-47 updates at 100/s ({len(reqs):,}): p50 {s['latency_ms']['p50']} ms, "
-            f"p99 {s['latency_ms']['p99']} ms, max {s['latency_ms']['max']} ms, errors {s['errors']} "
-            f"(load {out['single_load']})"
+            f"  single slot-47 updates at 100/s ({s['requests']:,}): p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, "
+            f"max {lat['max']:.2f} ms, errors {s['errors']}  ({quiet.note()})"
         )
 
         # 5a. the boundary through the batch endpoint: one call, and chunks over a few connections
@@ -414,17 +490,21 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
         walls: dict[str, list[float]] = {v[0]: [] for v in variants}
         for rep in range(reps):
             for name, chunk, conns in variants:
-                restore(client, ids_boundary, saved)
-                time.sleep(1.2)  # past the ratio cache's TTL, like a real boundary
-                s = post_batches(url, ids_boundary, LAST_SLOT, chunk, conns, seed=LAST_SLOT)
+
+                def boundary(chunk: int = chunk, conns: int = conns) -> dict:
+                    restore(client, ids_boundary, saved)
+                    time.sleep(1.2)  # past the ratio cache's TTL, like a real boundary
+                    return post_batches(url, ids_boundary, LAST_SLOT, chunk, conns, seed=LAST_SLOT)
+
+                s, quiet = measured(boundary)
+                loads.append(quiet.load)
                 walls[name].append(s["wall_s"])
-                log(f"  rep {rep + 1}: {name:26s} {s['wall_s']:.2f} s  (load {loadavg()})")
+                log(f"  rep {rep + 1}: {name:26s} {s['wall_s']:.2f} s  ({quiet.note()})")
         out["boundary"] = {k: med(v) for k, v in walls.items()}
         out["boundary_all"] = walls
 
         # 5b. the mixed scenario: binary bids at bid_rate over the 10,000 campaigns, the boundary in batches
-        mixed = []
-        for rep in range(reps):
+        def mixed_run() -> dict:
             restore(client, ids_boundary, saved)
             time.sleep(1.2)
             res = run_scenario(
@@ -454,16 +534,23 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
                 "burst_wall_s": burst["burst_wall_s"],
             }
             row["ratio"] = row["during_p99"] / row["outside_p99"]
+            return row
+
+        mixed = []
+        for rep in range(reps):
+            row, quiet = measured(mixed_run)
+            loads.append(quiet.load)
             mixed.append(row)
             log(
-                f"  rep {rep + 1}: mixed, bids {bid_rate:,.0f}/s: p99 during burst {row['during_p99']} ms vs "
-                f"outside {row['outside_p99']} ms ({row['ratio']:.1f}x); burst wall {row['burst_wall_s']:.2f} s; "
-                f"errors bid {row['bid_errors']} burst {row['burst_errors']}  (load {loadavg()})"
+                f"  rep {rep + 1}: mixed, bids {bid_rate:,.0f}/s: p99 during the burst {row['during_p99']:.2f} ms vs "
+                f"outside {row['outside_p99']:.2f} ms ({row['ratio']:.1f}x; p50 {row['during_p50']:.2f} vs "
+                f"{row['outside_p50']:.2f} ms); burst wall {row['burst_wall_s']:.2f} s; errors bid "
+                f"{row['bid_errors']} burst {row['burst_errors']}  ({quiet.note()})"
             )
         out["mixed"] = {k: med([m[k] for m in mixed]) for k in mixed[0]}
         out["mixed_all"] = mixed
         client.close()
-        out["load"] = f"{load} .. {loadavg()}"
+    out["load"] = load_range(loads)
     return out
 
 
@@ -525,7 +612,8 @@ def print_table(res: dict, n_boundary: int) -> None:
             rows.append(("binary service capacity", f"{r['service']:,.0f}/s", f">= 5,000/s: {verdict(ok)}", ""))
         ok = r["half_p99"] <= 5.0 and r["half_errors"] == 0
         target = f"<= 5 ms: {verdict(ok)}" if key == "json" else "(<= 5 ms)"
-        rows.append((f"{label} service p99 at half capacity", f"{r['half_p99']:.2f} ms", target, ""))
+        rows.append((f"{label} service p99 at half capacity", f"{r['half_p99']:.2f} ms", target, r["load"]))
+        rows.append((f"{label} floor p99 at the same rate", f"{r['half_p99_floor']:.2f} ms", "", r["load"]))
     if "stores" in res:
         s = res["stores"]
         names = {
