@@ -374,7 +374,7 @@ def stores_and_workers(guess: float, reps: int, duration: float, tmp: Path) -> d
                     # warm every worker's ratio cache and connections
                     run_scenario("bid-binary", server.url, rate=500, duration=1, campaign_prefix=prefix, setup=False)
                     cap, quiet = measured(
-                        lambda: capacity("bid-binary", server.url, g[config], duration, prefix=prefix)  # noqa: B023
+                        lambda: capacity("bid-binary", server.url, g[config], duration, bisect=1, prefix=prefix)  # noqa: B023
                     )
                 caps[config].append(cap)
                 loads.append(quiet.load)
@@ -565,11 +565,12 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     watchdog = start_watchdog()
     reps = 2 if args.quick else 3
-    duration = 2.0 if args.quick else 3.0
-    half_s = 4.0 if args.quick else 8.0
+    duration = 2.0 if args.quick else 2.5
+    half_s = 4.0 if args.quick else 6.0
     n_boundary = 2000 if args.quick else 10_000
+    machine = describe_machine()  # before pinning: it counts the cores this process may use
     pin_current_process(CLIENT_CPU)
-    log(f"machine: {describe_machine()}")
+    log(f"machine: {machine}")
     log(f"load average at start: {loadavg()}; servers (and redis-server) on CPU {SERVER_CPU}, generator on CPU 1")
     tmp = Path(tempfile.mkdtemp(prefix="bench-service-"))
     t_start = time.perf_counter()
