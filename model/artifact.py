@@ -145,6 +145,9 @@ class TrainingInfo(BaseModel):
     """sha256 over the train split's day files and constraints (``Market.split_fingerprint("train")``)."""
     epoch: int | None = None
     """The epoch whose actor was exported (the best on validation days)."""
+    traffic_profile: tuple[float, ...] | None = None
+    """Mean share of a day's auctions in each of the 48 slots over the train days: the safety shield's and the
+    fallback controller's budget pacing plan (uniform where absent)."""
     epochs: int = Field(ge=0)
     config: dict[str, Any]
 

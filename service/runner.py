@@ -22,7 +22,7 @@ import numpy as np
 from anyio import to_thread
 
 from model.artifact import CARD_FILE, Artifact, ArtifactError, load_artifact
-from model.controller import controller_ratios
+from model.controller import ControllerGains, controller_ratios
 from model.features import out_of_range
 from model.policy import Decision, Policy
 from model.shield import ShieldConfig, shield
@@ -73,6 +73,8 @@ class ModelRunner:
         self.onnx_threads = onnx_threads
         self.use_shield = use_shield
         self.shield_config = ShieldConfig()
+        self.gains = ControllerGains()
+        """The controller behind the shield and the fallback: default gains, the card's traffic profile."""
         self._lock = threading.Lock()
         self.policy: Policy | None = None
         self.version: str = FALLBACK_VERSION
@@ -97,8 +99,10 @@ class ModelRunner:
                     self.load_error = str(exc)
             raise
         policy, version = Policy(artifact), model_version(artifact)
+        gains = controller_gains(artifact)
         with self._lock:
             self.policy, self.version, self.model_dir, self.load_error = policy, version, directory, None
+            self.gains = gains
         # Everything built so far (the app, the model, the libraries' objects) lives as long as the process: move it
         # out of the collector's reach. Without this, every full collection walks it, 50-90 ms each, several a
         # minute under load: the bid p99 (see BENCHMARKS.md, Service).
@@ -110,7 +114,7 @@ class ModelRunner:
     def decide(self, states: Sequence[CampaignState]) -> Decided:
         """Next ratios for ``states`` (blocking; call :meth:`decide_async` from the event loop)."""
         with self._lock:
-            policy, version = self.policy, self.version
+            policy, version, gains = self.policy, self.version, self.gains
         groups = _by_slot(states)
         clipped = np.zeros(len(states), dtype=np.int64)
         for rows in groups:
@@ -122,7 +126,7 @@ class ModelRunner:
                     raise FloatingPointError("the model produced a non-finite ratio")
                 ratio, decided_by = decision.ratio, ["model"] * len(states)
                 if self.use_shield:
-                    ratio, decided_by = self._shielded(states, groups, ratio)
+                    ratio, decided_by = self._shielded(states, groups, ratio, gains)
                 return Decided(ratio, decision.mean, decision.std, decided_by, version, clipped)
             except Exception as exc:  # any inference failure must fall back, never fail the slot
                 log.error("model inference failed, fallback controller decides", extra={"error": repr(exc)})
@@ -130,14 +134,15 @@ class ModelRunner:
         else:
             error = self.load_error or "no model loaded"
         fallback = ["fallback"] * len(states)
-        return Decided(fallback_ratios(states), None, None, fallback, FALLBACK_VERSION, clipped, error)
+        return Decided(fallback_ratios(states, gains), None, None, fallback, FALLBACK_VERSION, clipped, error)
 
     def _shielded(
-        self, states: Sequence[CampaignState], groups: list[list[int]], ratio: np.ndarray
+        self, states: Sequence[CampaignState], groups: list[list[int]], ratio: np.ndarray, gains: ControllerGains
     ) -> tuple[np.ndarray, list[str]]:
         out, decided_by = ratio.copy(), ["model"] * len(states)
         for rows in groups:
-            guarded = shield(stack_histories([states[i] for i in rows]), ratio[rows], config=self.shield_config)
+            history = stack_histories([states[i] for i in rows])
+            guarded = shield(history, ratio[rows], gains, self.shield_config)
             out[rows] = guarded.ratio
             for i, acted in zip(rows, guarded.acted, strict=True):
                 if acted:
@@ -156,9 +161,15 @@ def _by_slot(states: Sequence[CampaignState]) -> list[list[int]]:
     return list(by_slot.values())
 
 
-def fallback_ratios(states: Sequence[CampaignState]) -> np.ndarray:
+def controller_gains(artifact: Artifact) -> ControllerGains:
+    """Default PID gains with the traffic profile of the model's training days, where the card has it."""
+    profile = artifact.card.training.traffic_profile
+    return ControllerGains() if profile is None else ControllerGains(traffic_profile=tuple(profile))
+
+
+def fallback_ratios(states: Sequence[CampaignState], gains: ControllerGains | None = None) -> np.ndarray:
     """The numpy controller's ratios (:func:`model.controller.controller_ratios`), grouped by slot."""
     out = np.empty(len(states))
     for rows in _by_slot(states):
-        out[rows] = controller_ratios(stack_histories([states[i] for i in rows]))
+        out[rows] = controller_ratios(stack_histories([states[i] for i in rows]), gains)
     return out

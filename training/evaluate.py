@@ -262,8 +262,12 @@ def evaluate(
         return train_cache[0]
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:
-        gains = ControllerGains(traffic_profile=tuple(float(x) for x in train().traffic_profile()))
-        return ShieldedBidder(inner, gains)
+        """The service's shield: an exported model's own card profile, else this market's train days'."""
+        profile = getattr(getattr(inner, "artifact", None), "card", None)
+        profile = None if profile is None else profile.training.traffic_profile
+        if profile is None:
+            profile = tuple(float(x) for x in train().traffic_profile())
+        return ShieldedBidder(inner, ControllerGains(traffic_profile=tuple(profile)))
 
     frames, tuned = [], {}
     for listed in methods:

@@ -336,6 +336,7 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
             epoch=None if epoch is None else int(epoch),
             epochs=len(history),
             config=jsonable(config),
+            traffic_profile=_traffic_profile(body),
         ),
         evaluation=EvaluationInfo(
             best_validation_score=best_score,
@@ -366,3 +367,19 @@ def _card(provenance: Provenance, latent: int, transition_dim: int | None, files
         evaluation=provenance.evaluation,
         producer={"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
     )
+
+
+def _traffic_profile(body: dict[str, Any]) -> tuple[float, ...] | None:
+    """The train days' mean share of auctions per slot (logs only), or None if the run's market is not here."""
+    from training.market.dataset import Market, MarketError
+
+    try:
+        market = Market.open(Path(str(body.get("market", ""))))
+        train = market.split("train")
+        if not train:
+            return None
+        logs = [market.load(e.day) for e in train]
+        shares = [np.diff(log.slot_offsets) / max(log.n_impressions, 1) for log in logs]
+    except (MarketError, OSError, ValueError):
+        return None
+    return tuple(round(float(x), 8) for x in np.mean(shares, axis=0))

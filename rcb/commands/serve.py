@@ -37,7 +37,7 @@ def serve_command(
         bool | None,
         typer.Option(
             "--shield/--no-shield",
-            help="Bound the model's ratios with the safety shield. Default: $RCB_SHIELD, else off.",
+            help="Bound the model's ratios with the safety shield. Default: $RCB_SHIELD, else on.",
         ),
     ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",

@@ -22,6 +22,8 @@ TOKEN = "s3cret-token-for-tests"
 
 
 def settings_for(model_dir: Path, store: str = "memory", **overrides: Any) -> Settings:
+    """Route tests run the bare model (``shield=False``) unless they ask for the shield."""
+    overrides.setdefault("shield", False)
     return Settings(model_dir=model_dir, store=store, log_level="WARNING", **overrides)
 
 

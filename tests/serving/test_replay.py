@@ -13,9 +13,8 @@ from typer.testing import CliRunner
 
 from loadtest.run_server import free_port
 from rcb.cli import app
-from training.bidders.base import play
-from training.bidders.onnx import OnnxBidder
 from training.dayset import DaySet
+from training.evaluate import evaluate
 from training.market.dataset import Market
 
 from .app_fixtures import rcb_serve
@@ -23,13 +22,21 @@ from .app_fixtures import rcb_serve
 SEED = 4
 
 
-@pytest.mark.parametrize("store", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def test_replaying_through_the_service_gives_the_offline_episodes(models, store, request, tmp_path):
+@pytest.mark.parametrize(
+    "store, shielded",
+    [("memory", False), ("memory", True), pytest.param("redis", False, marks=pytest.mark.redis)],
+)
+def test_replaying_through_the_service_gives_the_offline_episodes(models, store, shielded, request, tmp_path):
+    """The service (shield off: the model's ratios; on: the shield's) plays the days rcb evaluate plays with
+    ``onnx:MODEL`` or ``shield:onnx:MODEL``: the same episodes, slot by slot."""
     url = "memory" if store == "memory" else request.getfixturevalue("redis_server").url
     days = DaySet.load(Market.open(models.market), "test", SETTING)
-    offline = play(OnnxBidder.load(models.cbrl_model), days.indexes(), days.episode_days(), days.registration(), SEED)
+    method = f"{'shield:' if shielded else ''}onnx:{models.cbrl_model}"
+    offline = evaluate(Market.open(models.market), SETTING, "test", [method], seeds=SEED + 1)
+    offline_rows = offline.episodes[offline.episodes["seed"] == SEED].reset_index(drop=True)
     prefix = f"replay{uuid.uuid4().hex[:8]}"
-    with rcb_serve(models.cbrl_model, url, RCB_NOISE_SEED=str(SEED), RCB_KEY_PREFIX=prefix) as server:
+    flag = "--shield" if shielded else "--no-shield"
+    with rcb_serve(models.cbrl_model, url, flag, RCB_NOISE_SEED=str(SEED), RCB_KEY_PREFIX=prefix) as server:
         out = tmp_path / "replay"
         result = CliRunner().invoke(
             app,
@@ -55,12 +62,9 @@ def test_replaying_through_the_service_gives_the_offline_episodes(models, store,
         assert result.exit_code == 0, result.output + server.log_tail()
     episodes = pd.read_csv(out / "episodes.csv")
     assert list(episodes["day"]) == days.days and (episodes["seed"] == SEED).all()
-    np.testing.assert_allclose(episodes["delivery"], offline.delivery, rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(episodes["cost"], offline.cost, rtol=1e-9, atol=1e-9)
-    assert (episodes["fallback_slots"] == 0).all()
-    slots = pd.read_csv(out / "slots.csv")
-    ratios = slots.pivot(index="day", columns="slot", values="ratio").loc[days.days].to_numpy()
-    np.testing.assert_allclose(ratios, offline.history.ratios, atol=1e-6)
+    np.testing.assert_allclose(episodes["delivery"], offline_rows["delivery"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(episodes["cost"], offline_rows["cost"], rtol=1e-9, atol=1e-9)
+    assert (episodes["fallback_slots"] == 0).all() and (episodes["shield_slots"] > 0).any() == shielded
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"service"} and summary["service"]["n_episodes"] == len(days)
     assert (out / "boxplots.png").exists()
