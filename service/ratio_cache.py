@@ -67,9 +67,12 @@ class RatioCache:
         self._entries[campaign] = entry
         return entry
 
-    def invalidate(self, campaign: str) -> None:
-        """Another process wrote this campaign: re-read at the next bid (the old entry stays as a fallback)."""
+    def invalidate(self, campaign: str, episode: str = "", slot: int = -1) -> None:
+        """A write of this campaign left ``(episode, slot)``: unless the entry already shows that state (the echo
+        of this process's own write), re-read at the next bid (the old entry stays as a fallback meanwhile)."""
         entry = self._entries.get(campaign)
+        if entry is not None and entry.episode == episode and entry.slot == slot:
+            return
         if entry is not None:
             self._entries[campaign] = CachedRatio(entry.episode, entry.slot, entry.ratio, float("-inf"))
 

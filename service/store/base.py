@@ -48,8 +48,22 @@ class UnknownCampaign(StoreError, KeyError):
         return f"unknown campaign {self.campaign!r}: no state stored (register an episode first)"
 
 
-UpdateCallback = Callable[[str], None]
-"""Called with the campaign id of every successful write; must not block (it runs on the event loop)."""
+UpdateCallback = Callable[[str, str, int], None]
+"""Called with ``(campaign, episode, slot)`` of every successful write (the state it left; a delete gives
+``("campaign", "", -1)``); must not block (it runs on the event loop)."""
+
+NOTICE_SEPARATOR = "\x1f"
+"""Between campaign, episode and slot in a published notice (ids cannot contain it)."""
+
+
+def parse_notice(notice: str) -> tuple[str, str, int]:
+    """``campaign\\x1fepisode\\x1fslot`` -> ``(campaign, episode, slot)`` (a bare campaign id: ``("", -1)``)."""
+    campaign, _, rest = notice.partition(NOTICE_SEPARATOR)
+    episode, _, slot = rest.partition(NOTICE_SEPARATOR)
+    try:
+        return campaign, episode, int(slot)
+    except ValueError:
+        return campaign, episode, -1
 
 
 @runtime_checkable
@@ -97,8 +111,9 @@ class EpisodeStore(Protocol):
         ...
 
     async def subscribe(self, on_update: UpdateCallback) -> None:
-        """Deliver to ``on_update`` the campaign id of every write (register that wrote, applied compare_and_set,
-        delete of an existing state), made by any process sharing the store. May be called more than once."""
+        """Deliver to ``on_update`` ``(campaign, episode, slot)`` of every write (a register that wrote, an applied
+        compare_and_set, a delete of an existing state), made by any process sharing the store. May be called more
+        than once."""
         ...
 
     async def aclose(self) -> None:

@@ -29,10 +29,10 @@ class MemoryStore:
             lock = self._locks[campaign] = asyncio.Lock()
         return lock
 
-    def _notify(self, campaign: str) -> None:
+    def _notify(self, campaign: str, episode: str = "", slot: int = -1) -> None:
         for callback in self._subscribers:
             try:
-                callback(campaign)
+                callback(campaign, episode, slot)
             except Exception:
                 log.exception("store update callback failed for campaign %r", campaign)
 
@@ -50,7 +50,7 @@ class MemoryStore:
             if current is not None and current.episode == episode:
                 return current, False
             new = self._states[campaign] = Stored(episode, 0, bytes(blob))
-        self._notify(campaign)
+        self._notify(campaign, episode, 0)
         return new, True
 
     async def compare_and_set(self, campaign: str, episode: str, expected_slot: int, blob: bytes) -> Stored | None:
@@ -63,7 +63,7 @@ class MemoryStore:
             if current.episode != episode or current.slot != expected_slot:
                 return current
             self._states[campaign] = Stored(episode, expected_slot + 1, bytes(blob))
-        self._notify(campaign)
+        self._notify(campaign, episode, expected_slot + 1)
         return None
 
     async def delete(self, campaign: str) -> None:

@@ -34,6 +34,7 @@ from service.store.base import (
     UpdateCallback,
     check_campaign,
     check_write,
+    parse_notice,
 )
 
 log = logging.getLogger(__name__)
@@ -332,10 +333,11 @@ class RedisStore:
 
     # -- the update listener ------------------------------------------------------------------------------------
 
-    def _dispatch(self, campaign: str) -> None:
+    def _dispatch(self, notice: str) -> None:
+        campaign, episode, slot = parse_notice(notice)
         for callback in list(self._subscribers):
             try:
-                callback(campaign)
+                callback(campaign, episode, slot)
             except Exception:
                 log.exception("store update callback failed for campaign %r", campaign)
 

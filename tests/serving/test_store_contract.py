@@ -167,7 +167,7 @@ async def test_concurrent_compare_and_set_applies_once(store: EpisodeStore, stor
 
 async def test_subscribe_sees_writes_of_another_instance(store: EpisodeStore, store_url: str) -> None:
     seen: list[str] = []
-    await store.subscribe(seen.append)
+    await store.subscribe(lambda campaign, _episode, _slot: seen.append(campaign))
     writer = await second_instance(store, store_url)
     try:
         await writer.register("c1", DAY, b"s0")
@@ -251,7 +251,7 @@ async def test_killed_and_restarted_server(redis_server: RedisServer) -> None:
     writer = await open_store(redis_server.url, prefix="restart")
     seen: list[str] = []
     try:
-        await store.subscribe(seen.append)
+        await store.subscribe(lambda campaign, _episode, _slot: seen.append(campaign))
         await store.register("c1", DAY, b"s0")
         redis_server.kill()
         started = time.monotonic()
@@ -370,3 +370,15 @@ async def test_campaigns_lists_the_stored_ones(store: EpisodeStore) -> None:
     await store.delete(names[0])
     assert await store.campaigns(limit=1000) == names[1:]
     assert len(await store.campaigns(limit=5)) == 5
+
+
+@pytest.mark.anyio
+async def test_notices_name_the_state_each_write_left(store: EpisodeStore) -> None:
+    """(campaign, episode, slot) per write, so a process can tell the echo of its own write from a newer one."""
+    notices: list[tuple[str, str, int]] = []
+    await store.subscribe(lambda campaign, episode, slot: notices.append((campaign, episode, slot)))
+    await store.register("n1", DAY, b"s0")
+    await store.compare_and_set("n1", DAY, 0, b"s1")
+    await store.delete("n1")
+    expected = [("n1", DAY, 0), ("n1", DAY, 1), ("n1", "", -1)]
+    assert await wait_for(lambda: notices[-3:] == expected, 1.0), notices

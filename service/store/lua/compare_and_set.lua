@@ -13,5 +13,6 @@ if current[1] ~= ARGV[1] or tonumber(current[2]) ~= expected then
 end
 redis.call('HSET', KEYS[1], 's', tostring(expected + 1), 'b', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('PUBLISH', ARGV[5], ARGV[6])
+-- The notice names the state written (campaign, episode, slot), so a process can tell its own write's echo.
+redis.call('PUBLISH', ARGV[5], ARGV[6] .. '\31' .. ARGV[1] .. '\31' .. tostring(expected + 1))
 return {1}

@@ -8,5 +8,5 @@ if current[1] == ARGV[1] then
 end
 redis.call('HSET', KEYS[1], 'e', ARGV[1], 's', '0', 'b', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PUBLISH', ARGV[4], ARGV[5])
+redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\31' .. ARGV[1] .. '\31' .. '0')
 return {1}
