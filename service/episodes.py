@@ -31,6 +31,8 @@ back to bids between chunks; only _CHUNK_WITH_BIDS while bids flow (a chunk of 2
 bid step waits for the chunk running)."""
 _CHUNK_WITH_BIDS = 16
 _BID_PRIORITY_S = 0.002
+_BACKGROUND_CHUNK = 128
+"""Campaigns per model call on the batch thread (nice 19): the bids' thread preempts it, so chunks need not be tiny."""
 """Longest a batch waits between two chunks for the bids in flight to finish."""
 
 
@@ -248,6 +250,12 @@ class Episodes:
         log.info("slot batch", extra={"updates": n, "applied": applied, "replayed": replayed})
         return SlotUpdateBatchAnswer(results=done, applied=applied, replayed=replayed, failed=n - applied - replayed)
 
+    @staticmethod
+    def _background_spans(n: int) -> Iterator[tuple[int, int]]:
+        """Chunks of the decisions made on the low-priority thread: big enough to amortize a model call."""
+        for start in range(0, n, _BACKGROUND_CHUNK):
+            yield start, min(n, start + _BACKGROUND_CHUNK)
+
     def _spans(self, n: int) -> Iterator[tuple[int, int]]:
         """``(start, stop)`` chunks of ``range(n)``: small while bids flow, sized when each chunk starts."""
         start = 0
@@ -311,10 +319,10 @@ class Episodes:
         """Chunk by chunk: decide (one model call, on the event loop), write in one pipelined round trip, answer;
         the bids in flight go first between chunks. The model runs here, not in a thread: on the one core of a
         worker a thread only takes CPU from the loop (and the GIL in 5 ms slices), where chunks let bids first."""
-        for start, stop in self._spans(len(pending)):
+        for start, stop in self._background_spans(len(pending)):
             part = pending[start:stop]
             async with self._lane:
-                decided = self.runner.decide([s for _, s in part])
+                decided = await self.runner.decide_in_background([s for _, s in part])
                 self._count(decided, [updates[i].campaign_id for i, _ in part])
                 news = [decided.state(k, reported) for k, (_, reported) in enumerate(part)]
                 writes = []
