@@ -189,7 +189,8 @@ _BACKGROUND: ThreadPoolExecutor | None = None
 
 
 def _lower_priority() -> None:
-    # The batch thread hands the GIL back after 1 ms instead of Python's default 5 ms, so a bid waits less for it.
+    # Process-wide: a thread holding the GIL is asked to hand it over after 1 ms (Python's default: 5 ms), so a bid
+    # waits less for it while this thread runs the batch's numpy and Python parts.
     sys.setswitchinterval(0.001)
     # On Linux a nice value applies to the calling thread alone (setpriority on its thread id).
     try:
