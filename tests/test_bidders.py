@@ -79,10 +79,10 @@ class Spy(Bidder):
         self.bids.append(answer.copy())
         return answer
 
-    def observe(self, *args: Any, **kwargs: Any) -> None:
-        self.calls.append(("observe", tuple(type(a) for a in args), tuple(kwargs)))
+    def on_result(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append(("on_result", tuple(type(a) for a in args), tuple(kwargs)))
         self.results.append(args[1])
-        self.inner.observe(*args, **kwargs)
+        self.inner.on_result(*args, **kwargs)
 
     def params(self) -> dict[str, Any]:
         return self.inner.params()
@@ -98,7 +98,7 @@ def assert_only_live_information(spy: Spy) -> None:
         if k % 2 == 0:
             assert (name, types) == ("bid", (History,))
         else:
-            assert (name, types) == ("observe", (History, SlotResult))
+            assert (name, types) == ("on_result", (History, SlotResult))
     for result in spy.results:
         assert result.by_bucket is None or type(result.by_bucket) is SlotResult
     assert spy.future_leaks == [], f"history already filled for future slots at bids {spy.future_leaks}"

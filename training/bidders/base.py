@@ -1,10 +1,11 @@
-"""The one interface every bidding method implements, and the loop that drives it.
+"""The one interface every offline bidding method implements, and the loop that drives it.
 
 A bidder sees, for a batch of episodes, only what a live bidder sees (:mod:`model.history`): the
-registration (L, B, reference delivery), its own past ratios and the aggregate stats of what it won
-in each finished slot. It answers the next slot's ratio per episode. Baselines, RL agents, exported
-ONNX policies and the live service all sit behind this interface, so every number in the project
-comes from :func:`play`.
+registration (L and B), its own past ratios and the aggregate stats of what it won in each finished
+slot. It answers the next slot's ratio per episode. Baselines, RL agents and exported ONNX policies
+sit behind this interface, so every offline number comes from :func:`play`. The live service does
+not (it depends on ``model/`` alone): it decides with :class:`model.policy.Policy`, the same step
+:class:`training.bidders.onnx.OnnxBidder` runs, and ``rcb replay`` checks the two agree.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class Bidder(ABC):
     def bid(self, history: History) -> np.ndarray:
         """Ratios for slot ``history.slot``: ``(n,)``, or ``(n, traffic_buckets)``, within [0, 4]."""
 
-    def observe(self, history: History, result: SlotResult) -> None:  # noqa: B027 - optional hook
+    def on_result(self, history: History, result: SlotResult) -> None:  # noqa: B027 - optional hook
         """The slot just bid is over; ``history`` already holds it. ``result.by_bucket`` after a bucketed bid."""
 
     @property
@@ -75,7 +76,7 @@ def play(
         # With bucketed bids the history keeps the traffic-weighted mean ratio of each episode.
         shown = ratios if ratios.ndim == 1 else _traffic_weighted(ratios, result)
         history.record(shown, result.delivery, result.cost, result.wins, result.auctions)
-        bidder.observe(history, result)
+        bidder.on_result(history, result)
     return Outcome(delivery=env.delivery.copy(), cost=env.cost.copy(), history=history)
 
 

@@ -76,7 +76,7 @@ class CEM(Bidder):
         self.last_log_ratios = log_ratios
         return np.exp(log_ratios)
 
-    def observe(self, history: History, result: SlotResult) -> None:
+    def on_result(self, history: History, result: SlotResult) -> None:
         by = result.by_bucket
         assert by is not None, "CEM bids per traffic bucket"
         registration = history.registration

@@ -49,8 +49,8 @@ class ShieldedBidder(Bidder):
             self.decisions += guarded.acted.size
         return out[:, 0] if proposed.ndim == 1 else out
 
-    def observe(self, history: History, result: SlotResult) -> None:
-        self.inner.observe(history, result)
+    def on_result(self, history: History, result: SlotResult) -> None:
+        self.inner.on_result(history, result)
 
     @property
     def acted_share(self) -> float:
