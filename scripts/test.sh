@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/system-deps.sh   # redis-server, redis-cli, chromium (apt-get where missing)
 .venv/bin/ruff check .
 .venv/bin/python -m pytest -q "$@"
