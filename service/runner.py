@@ -28,7 +28,8 @@ from anyio import to_thread
 from model.artifact import CARD_FILE, Artifact, ArtifactError, load_artifact
 from model.controller import ControllerGains, controller_ratios
 from model.features import out_of_range
-from model.policy import Decision, Policy
+from model.history import History
+from model.policy import Decision, NoiseKey, Policy
 from model.shield import ShieldConfig, shield
 from model.state import CampaignState, stack_histories
 
@@ -116,36 +117,57 @@ class ModelRunner:
         return version
 
     def decide(self, states: Sequence[CampaignState]) -> Decided:
-        """Next ratios for ``states`` (blocking; call :meth:`decide_async` from the event loop)."""
+        """Next ratios for ``states`` (blocking; call :meth:`decide_async` from the event loop).
+
+        Each slot's campaigns become one History, built once and read by the feature-range check, the policy
+        and the shield alike.
+        """
         with self._lock:
             policy, version, gains = self.policy, self.version, self.gains
         groups = _by_slot(states)
+        histories = [stack_histories([states[i] for i in rows]) for rows in groups]
         clipped = np.zeros(len(states), dtype=np.int64)
-        for rows in groups:
-            clipped[rows] = out_of_range(stack_histories([states[i] for i in rows]))
+        for rows, history in zip(groups, histories, strict=True):
+            clipped[rows] = out_of_range(history)
         if policy is not None:
             try:
-                decision: Decision = policy.decide_states(states)
-                if not np.all(np.isfinite(decision.ratio)):
+                ratio, mean, std = self._model_decision(policy, states, groups, histories)
+                if not np.all(np.isfinite(ratio)):
                     raise FloatingPointError("the model produced a non-finite ratio")
-                ratio, decided_by = decision.ratio, ["model"] * len(states)
+                decided_by = ["model"] * len(states)
                 if self.use_shield:
-                    ratio, decided_by = self._shielded(states, groups, ratio, gains)
-                return Decided(ratio, decision.mean, decision.std, decided_by, version, clipped)
+                    ratio, decided_by = self._shielded(groups, histories, ratio, gains)
+                return Decided(ratio, mean, std, decided_by, version, clipped)
             except Exception as exc:  # any inference failure must fall back, never fail the slot
                 log.error("model inference failed, fallback controller decides", extra={"error": repr(exc)})
                 error = f"inference failed: {exc!r}"
         else:
             error = self.load_error or "no model loaded"
         fallback = ["fallback"] * len(states)
-        return Decided(fallback_ratios(states, gains), None, None, fallback, FALLBACK_VERSION, clipped, error)
+        ratio = np.empty(len(states))
+        for rows, history in zip(groups, histories, strict=True):
+            ratio[rows] = controller_ratios(history, gains)
+        return Decided(ratio, None, None, fallback, FALLBACK_VERSION, clipped, error)
+
+    @staticmethod
+    def _model_decision(
+        policy: Policy, states: Sequence[CampaignState], groups: list[list[int]], histories: list[History]
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """The policy's decision for the slot groups' histories, answered in the order of ``states``."""
+        order = [i for rows in groups for i in rows]
+        keys = [NoiseKey(states[i].seed, states[i].campaign, states[i].episode) for i in order]
+        decision: Decision = policy.decide(histories, keys)
+        inverse = np.empty(len(order), dtype=np.int64)
+        inverse[np.asarray(order)] = np.arange(len(order))
+        mean = None if decision.mean is None else decision.mean[inverse]
+        std = None if decision.std is None else decision.std[inverse]
+        return decision.ratio[inverse], mean, std
 
     def _shielded(
-        self, states: Sequence[CampaignState], groups: list[list[int]], ratio: np.ndarray, gains: ControllerGains
+        self, groups: list[list[int]], histories: list[History], ratio: np.ndarray, gains: ControllerGains
     ) -> tuple[np.ndarray, list[str]]:
-        out, decided_by = ratio.copy(), ["model"] * len(states)
-        for rows in groups:
-            history = stack_histories([states[i] for i in rows])
+        out, decided_by = ratio.copy(), ["model"] * len(ratio)
+        for rows, history in zip(groups, histories, strict=True):
             guarded = shield(history, ratio[rows], gains, self.shield_config)
             out[rows] = guarded.ratio
             for i, acted in zip(rows, guarded.acted, strict=True):
@@ -175,14 +197,6 @@ def controller_gains(artifact: Artifact) -> ControllerGains:
     """Default PID gains with the traffic profile of the model's training days, where the card has it."""
     profile = artifact.card.training.traffic_profile
     return ControllerGains() if profile is None else ControllerGains(traffic_profile=tuple(profile))
-
-
-def fallback_ratios(states: Sequence[CampaignState], gains: ControllerGains | None = None) -> np.ndarray:
-    """The numpy controller's ratios (:func:`model.controller.controller_ratios`), grouped by slot."""
-    out = np.empty(len(states))
-    for rows in _by_slot(states):
-        out[rows] = controller_ratios(stack_histories([states[i] for i in rows]), gains)
-    return out
 
 
 _BACKGROUND: ThreadPoolExecutor | None = None

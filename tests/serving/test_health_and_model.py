@@ -56,12 +56,12 @@ def test_an_inference_error_falls_back_for_that_slot(models):
     with serving(models.cbrl_model) as c:
         register(c)
         runner = c.app.state.runner
-        original = runner.policy.decide_states
-        runner.policy.decide_states = lambda states: (_ for _ in ()).throw(RuntimeError("onnxruntime exploded"))
+        original = runner.policy.decide
+        runner.policy.decide = lambda histories, keys: (_ for _ in ()).throw(RuntimeError("onnxruntime exploded"))
         try:
             answer = c.post("/v1/slot-update", json=update()).json()
         finally:
-            runner.policy.decide_states = original
+            runner.policy.decide = original
         assert answer["decided_by"] == "fallback"
         assert c.post("/v1/slot-update", json=update(slot=1)).json()["decided_by"] == "model"
 
@@ -106,17 +106,17 @@ def test_the_shield_caps_a_runaway_model_and_counts_it(models):
         assert c.get("/readyz").json()["shield"] is True
         register(c)
         runner = c.app.state.runner
-        original = runner.policy.decide_states
+        original = runner.policy.decide
 
-        def runaway(states):
-            decision = original(states)
+        def runaway(histories, keys):
+            decision = original(histories, keys)
             return type(decision)(ratio=decision.ratio * 0 + 4.0, mean=decision.mean, std=decision.std)
 
-        runner.policy.decide_states = runaway
+        runner.policy.decide = runaway
         try:
             answers = [c.post("/v1/slot-update", json=update(slot=s, delivery=1.0, cost=4.0)).json() for s in range(4)]
         finally:
-            runner.policy.decide_states = original
+            runner.policy.decide = original
         assert all(a["decided_by"] == "shield" and a["bid_ratio"] < 4.0 for a in answers)
         text = c.get("/metrics").text
         assert metric(text, 'rcb_shield_actions_total{campaign="c1"}') == 4
