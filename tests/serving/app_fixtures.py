@@ -77,3 +77,14 @@ def rcb_serve(model: Path, store: str = "memory", *args: str, ready_timeout: flo
     cmd = [sys.executable, "-m", "rcb.cli", "serve", "--model", str(model), "--store", store, "--port", str(port)]
     cmd += ["--log-level", "warning", *args]
     return start_process(cmd, port, cpu=None, ready_path="/readyz", env=env, ready_timeout=ready_timeout)
+
+
+def rcb_replay(url: str, market: Path, out: Path, *args: str) -> Any:
+    """``rcb replay`` of the market's test days against ``url`` (the CLI, in this process), JSON output."""
+    from artifact_fixtures import SETTING
+    from typer.testing import CliRunner
+
+    from rcb.cli import app
+
+    cmd = ["replay", "--url", url, "--data", str(market), "--setting", SETTING, "--split", "test", "--out", str(out)]
+    return CliRunner().invoke(app, [*cmd, *args, "--json"])

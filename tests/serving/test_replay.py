@@ -17,7 +17,7 @@ from training.dayset import DaySet
 from training.evaluate import evaluate
 from training.market.dataset import Market
 
-from .app_fixtures import rcb_serve
+from .app_fixtures import rcb_replay, rcb_serve
 
 SEED = 4
 
@@ -38,27 +38,7 @@ def test_replaying_through_the_service_gives_the_offline_episodes(models, store,
     flag = "--shield" if shielded else "--no-shield"
     with rcb_serve(models.cbrl_model, url, flag, RCB_NOISE_SEED=str(SEED), RCB_KEY_PREFIX=prefix) as server:
         out = tmp_path / "replay"
-        result = CliRunner().invoke(
-            app,
-            [
-                "replay",
-                "--url",
-                server.url,
-                "--data",
-                str(models.market),
-                "--setting",
-                SETTING,
-                "--split",
-                "test",
-                "--out",
-                str(out),
-                "--concurrency",
-                "3",
-                "--batch-size",
-                "700",
-                "--json",
-            ],
-        )
+        result = rcb_replay(server.url, models.market, out, "--concurrency", "3", "--batch-size", "700")
         assert result.exit_code == 0, result.output + server.log_tail()
     episodes = pd.read_csv(out / "episodes.csv")
     assert list(episodes["day"]) == days.days and (episodes["seed"] == SEED).all()

@@ -7,12 +7,8 @@ import subprocess
 
 import httpx
 import pytest
-from artifact_fixtures import SETTING
-from typer.testing import CliRunner
 
-from rcb.cli import app
-
-from .app_fixtures import rcb_serve
+from .app_fixtures import rcb_replay, rcb_serve
 
 
 def chromium() -> str:
@@ -25,23 +21,7 @@ def chromium() -> str:
 
 def test_the_status_page_shows_the_replayed_campaigns(models, tmp_path):
     with rcb_serve(models.cbrl_model) as server:
-        replayed = CliRunner().invoke(
-            app,
-            [
-                "replay",
-                "--url",
-                server.url,
-                "--data",
-                str(models.market),
-                "--setting",
-                SETTING,
-                "--split",
-                "test",
-                "--out",
-                str(tmp_path / "replay"),
-                "--json",
-            ],
-        )
+        replayed = rcb_replay(server.url, models.market, tmp_path / "replay")
         assert replayed.exit_code == 0, replayed.output
         page = httpx.get(f"{server.url}/ui").text
         assert "episode-0" in page and "48 / 48" in page and "<svg" in page and server.url not in page
