@@ -84,35 +84,68 @@ def out_of_range(history: History, slot: int | None = None) -> np.ndarray:
 
 
 def raw_features(history: History, slot: int | None = None) -> np.ndarray:
-    """:func:`observe` before clipping."""
+    """:func:`observe` before clipping, ``(n, F)``."""
     t = history.slot if slot is None else slot
     if not 0 <= t <= history.slot:
         raise ValueError(f"slot {t} is not observed yet (history has {history.slot} slots)")
-    reg = history.registration
     n = history.n
-    roi_target = reg.roi_target
-    delivery = history.delivery[:, :t].sum(axis=1)
-    cost = history.cost[:, :t].sum(axis=1)
-    has_budget = np.isfinite(reg.budget)
     if t > 0:
-        last_ratio = history.ratios[:, t - 1]
-        d, c = history.delivery[:, t - 1], history.cost[:, t - 1]
-        wins, auctions = history.wins[:, t - 1], history.auctions[:, t - 1]
+        last = {name: getattr(history, name)[:, t - 1] for name in ("ratios", "delivery", "cost", "wins", "auctions")}
     else:
-        last_ratio = d = c = wins = auctions = np.zeros(n)
-    per_win = _ratio_or(c, wins, 0.0)
-    day_per_win = _ratio_or(cost, history.wins[:, :t].sum(axis=1), 0.0)
-    features = np.stack(
+        last = dict.fromkeys(("ratios", "delivery", "cost", "wins", "auctions"), np.zeros(n))
+    totals = {name: getattr(history, name)[:, :t].sum(axis=1) for name in ("delivery", "cost", "wins")}
+    reg = history.registration
+    return _features(np.full(n, t / SLOTS_PER_DAY), last, totals, reg.roi_target, reg.budget, axis=1)
+
+
+def observation_sequence(history: History) -> np.ndarray:
+    """``(n, t+1, F)`` float32: :func:`observe` before each slot ``0..t`` (the last is the current observation).
+
+    Bit for bit the same numbers as ``t+1`` calls of :func:`observe`, at the cost of about one: the prefix sums
+    are taken exactly as :func:`raw_features` takes them (one numpy ``sum`` per prefix; a cumulative sum would
+    round differently) and every formula is elementwise, so :func:`_features` runs once on ``(n, t+1)`` arrays.
+    """
+    t_max, n = history.slot, history.n
+    width = t_max + 1
+    totals = {name: np.empty((n, width)) for name in ("delivery", "cost", "wins")}
+    for t in range(width):
+        for name, total in totals.items():
+            total[:, t] = getattr(history, name)[:, :t].sum(axis=1)
+    last = {  # each slot's previous slot (0 before slot 0)
+        name: np.concatenate([np.zeros((n, 1)), getattr(history, name)[:, :t_max]], axis=1)
+        for name in ("ratios", "delivery", "cost", "wins", "auctions")
+    }
+    reg = history.registration
+    time = np.broadcast_to(np.arange(width) / SLOTS_PER_DAY, (n, width))
+    features = _features(time, last, totals, reg.roi_target[:, None], reg.budget[:, None], axis=2)
+    return np.clip(features, _LOW, _HIGH).astype(np.float32)
+
+
+def _features(
+    time: np.ndarray,
+    last: dict[str, np.ndarray],
+    totals: dict[str, np.ndarray],
+    roi_target: np.ndarray,
+    budget: np.ndarray,
+    axis: int,
+) -> np.ndarray:
+    """The formulas of :data:`FEATURES`, elementwise on any shape: ``last`` the previous slot's stats and ratio,
+    ``totals`` the cumulative delivery, cost and wins before the slot; stacked along ``axis``."""
+    delivery, cost = totals["delivery"], totals["cost"]
+    d, c = last["delivery"], last["cost"]
+    has_budget = np.isfinite(budget)
+    per_win = _ratio_or(c, last["wins"], 0.0)
+    day_per_win = _ratio_or(cost, totals["wins"], 0.0)
+    return np.stack(
         [
-            np.full(n, t / SLOTS_PER_DAY),
-            last_ratio / RATIO_MAX,
+            time,
+            last["ratios"] / RATIO_MAX,
             np.where(cost > 0, (roi(delivery, cost) - roi_target) / roi_target, 0.0),
-            np.where(has_budget, cost / np.where(has_budget, reg.budget, 1.0), 0.0),
+            np.where(has_budget, cost / np.where(has_budget, budget, 1.0), 0.0),
             np.where(c > 0, (roi(d, c) - roi_target) / roi_target, 0.0),
-            _ratio_or(wins, auctions, 0.0),
+            _ratio_or(last["wins"], last["auctions"], 0.0),
             np.where(per_win > 0, np.log(np.maximum(per_win, 1e-300) / np.maximum(day_per_win, 1e-300)), 0.0),
-            has_budget.astype(np.float64),
+            np.broadcast_to(has_budget.astype(np.float64), time.shape),
         ],
-        axis=1,
+        axis=axis,
     )
-    return features

@@ -29,12 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from model.artifact import Artifact
-from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY
-from model.features import _HIGH as FEATURE_HIGH
-from model.features import _LOW as FEATURE_LOW
-from model.features import _ratio_or, observe
+from model.contract import RATIO_MAX, RATIO_MIN
+from model.features import observation_sequence
 from model.history import History
-from model.roi import roi
 from model.sampling import noise_batch, sample_posterior
 from model.state import CampaignState, stack_histories
 from model.trajectory import episode_steps
@@ -52,54 +49,6 @@ class NoiseKey:
 def offline_keys(seed: int, n: int) -> list[NoiseKey]:
     """The keys of offline play (training, ``rcb evaluate``): episode ``k`` is campaign ``episode-{k}``."""
     return [NoiseKey(seed, f"episode-{k}", "offline") for k in range(n)]
-
-
-def observation_sequence(history: History) -> np.ndarray:
-    """``(n, t+1, F)`` float32: the observations before slots ``0..t`` (the last is the current one)."""
-    return np.stack([observe(history, slot=s) for s in range(history.slot + 1)], axis=1).astype(np.float32)
-
-
-def _observations(history: History) -> np.ndarray:
-    """:func:`observation_sequence`, bit for bit, with the elementwise work done once over all ``t+1`` prefixes
-    (not ``t+1`` calls of :func:`observe`: ~2.5 ms for one campaign at slot 47, ~0.3 ms this way).
-
-    The prefix sums are taken exactly as :func:`model.features.raw_features` takes them, one numpy ``sum`` per
-    prefix (a cumulative sum would round differently); every other step is elementwise, so computing it on
-    ``(n, t+1)`` arrays gives the same numbers as ``t+1`` calls on ``(n,)`` arrays (``tests/test_policy.py``).
-    """
-    t_max, n = history.slot, history.n
-    reg = history.registration
-    width = t_max + 1
-    delivery, cost, day_wins = np.empty((n, width)), np.empty((n, width)), np.empty((n, width))
-    for t in range(width):
-        delivery[:, t] = history.delivery[:, :t].sum(axis=1)
-        cost[:, t] = history.cost[:, :t].sum(axis=1)
-        day_wins[:, t] = history.wins[:, :t].sum(axis=1)
-
-    def last(a: np.ndarray) -> np.ndarray:  # the previous slot's column before each slot (0 before slot 0)
-        return np.concatenate([np.zeros((n, 1)), a[:, :t_max]], axis=1)
-
-    last_ratio, d, c = last(history.ratios), last(history.delivery), last(history.cost)
-    wins, auctions = last(history.wins), last(history.auctions)
-    roi_target = reg.roi_target[:, None]
-    budget = reg.budget[:, None]
-    has_budget = np.isfinite(budget)
-    per_win = _ratio_or(c, wins, 0.0)
-    day_per_win = _ratio_or(cost, day_wins, 0.0)
-    features = np.stack(
-        [
-            np.broadcast_to(np.arange(width) / SLOTS_PER_DAY, (n, width)),
-            last_ratio / RATIO_MAX,
-            np.where(cost > 0, (roi(delivery, cost) - roi_target) / roi_target, 0.0),
-            np.where(has_budget, cost / np.where(has_budget, budget, 1.0), 0.0),
-            np.where(c > 0, (roi(d, c) - roi_target) / roi_target, 0.0),
-            _ratio_or(wins, auctions, 0.0),
-            np.where(per_win > 0, np.log(np.maximum(per_win, 1e-300) / np.maximum(day_per_win, 1e-300)), 0.0),
-            np.broadcast_to(has_budget.astype(np.float64), (n, width)),
-        ],
-        axis=2,
-    )
-    return np.clip(features, FEATURE_LOW, FEATURE_HIGH).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -124,7 +73,7 @@ def decision_inputs(histories: Sequence[History], keys: Sequence[NoiseKey], late
     n = sum(h.n for h in histories)
     if len(keys) != n:
         raise ValueError(f"{n} rows need {n} noise keys, got {len(keys)}")
-    sequences = [_observations(h) for h in histories]
+    sequences = [observation_sequence(h) for h in histories]
     obs = np.concatenate([seq[:, -1] for seq in sequences], axis=0) if histories else np.zeros((0, 0), np.float32)
     if latent_dim == 0:
         return DecisionInputs(obs=obs, steps=None, mask=None, eps=None)

@@ -9,7 +9,7 @@ import pytest
 from conftest import random_day_log
 
 from model.contract import SLOTS_PER_DAY
-from model.features import FEATURE_NAMES, FEATURES, N_FEATURES, observe
+from model.features import FEATURE_NAMES, FEATURES, N_FEATURES, observation_sequence, observe
 from model.history import History, Registration
 from model.sampling import noise, noise_batch, sample_posterior
 from training.bidders.base import play
@@ -108,3 +108,22 @@ def test_posterior_noise_is_standard_normal_across_slots():
     assert abs(consecutive) < 0.05
     z = sample_posterior(np.array([1.0, -1.0]), np.array([0.5, 2.0]), np.array([2.0, 0.5]))
     np.testing.assert_allclose(z, [2.0, 0.0])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_observation_sequence_is_observe_at_every_prefix_bit_for_bit(seed: int):
+    """observation_sequence (what acting and the replay buffer read) computes the formulas once over all prefixes;
+    it must give exactly what observe gives one prefix at a time."""
+    rng = np.random.default_rng(seed)
+    n, slot = 5, int(rng.integers(0, SLOTS_PER_DAY + 1))
+    budget = np.where(rng.random(n) < 0.5, np.inf, rng.uniform(10, 1000, n))
+    history = History(Registration(roi_target=rng.uniform(0.5, 2.0, n), budget=budget))
+    for _ in range(slot):
+        auctions = rng.integers(0, 500, n).astype(float)
+        wins = np.floor(auctions * rng.random(n) * (rng.random(n) < 0.8))
+        cost = wins * rng.lognormal(0, 1, n)
+        history.record(
+            rng.uniform(0, 4, n), cost * rng.lognormal(0, 0.7, n) * (rng.random(n) < 0.6), cost, wins, auctions
+        )
+    expected = np.stack([observe(history, slot=s) for s in range(slot + 1)], axis=1).astype(np.float32)
+    assert observation_sequence(history).tobytes() == expected.tobytes()

@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 
 from model.contract import SLOTS_PER_DAY
-from model.features import N_FEATURES
+from model.features import N_FEATURES, observation_sequence
 from model.history import History, Registration
-from model.policy import decision_inputs, observation_sequence, offline_keys
+from model.policy import decision_inputs, offline_keys
 from model.trajectory import transitions
 from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal
 from training.agents.networks import TanhGaussianPolicy, TwinQ
