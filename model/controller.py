@@ -17,6 +17,7 @@ slots reported so far, so the stateless form bids exactly what the stateful PID 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,6 +42,11 @@ class ControllerGains:
     ki_budget: float = 0.113
     traffic_profile: tuple[float, ...] = field(default_factory=lambda: (1.0 / SLOTS_PER_DAY,) * SLOTS_PER_DAY)
     """Share of a day's traffic in each slot (uniform unless the model card carries the training days')."""
+
+    @classmethod
+    def with_profile(cls, traffic_profile: Sequence[float] | None) -> ControllerGains:
+        """The default gains with a traffic profile (a model card's, say), or the uniform one where there is none."""
+        return cls() if traffic_profile is None else cls(traffic_profile=tuple(float(x) for x in traffic_profile))
 
     def __post_init__(self) -> None:
         if len(self.traffic_profile) != SLOTS_PER_DAY or min(self.traffic_profile) < 0:

@@ -195,8 +195,7 @@ def _by_slot(states: Sequence[CampaignState]) -> list[list[int]]:
 
 def controller_gains(artifact: Artifact) -> ControllerGains:
     """Default PID gains with the traffic profile of the model's training days, where the card has it."""
-    profile = artifact.card.training.traffic_profile
-    return ControllerGains() if profile is None else ControllerGains(traffic_profile=tuple(profile))
+    return ControllerGains.with_profile(artifact.card.training.traffic_profile)
 
 
 _BACKGROUND: ThreadPoolExecutor | None = None

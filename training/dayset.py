@@ -20,6 +20,12 @@ from training.oracle import market_oracle, setting_constraints
 from training.simulator import DayIndex
 
 
+def traffic_profile(logs: list[DayLog]) -> np.ndarray:
+    """Mean share of a day's impressions (auctions) in each of the 48 slots over ``logs``."""
+    shares = [np.diff(log.slot_offsets) / max(log.n_impressions, 1) for log in logs]
+    return np.mean(shares, axis=0)
+
+
 @dataclass
 class DaySet:
     """One split of a market under one setting."""
@@ -101,8 +107,7 @@ class DaySet:
 
     def traffic_profile(self) -> np.ndarray:
         """Mean share of a day's impressions in each slot over these days (their logs only: no hindsight)."""
-        shares = [np.diff(log.slot_offsets) / max(log.n_impressions, 1) for log in self.logs]
-        return np.mean(shares, axis=0)
+        return traffic_profile(self.logs)
 
     def episode_days(self, repeats: int = 1) -> np.ndarray:
         return np.tile(np.arange(len(self)), repeats)

@@ -28,6 +28,7 @@ from model.contract import Setting
 from model.controller import ControllerGains
 from training.bidders import cem, pid, rm
 from training.bidders.base import Bidder, play
+from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
 from training.evaluation_report import per_seed_metrics
@@ -263,11 +264,8 @@ def evaluate(
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:
         """The service's shield: an exported model's own card profile, else this market's train days'."""
-        profile = getattr(getattr(inner, "artifact", None), "card", None)
-        profile = None if profile is None else profile.training.traffic_profile
-        if profile is None:
-            profile = tuple(float(x) for x in train().traffic_profile())
-        return ShieldedBidder(inner, ControllerGains(traffic_profile=tuple(profile)))
+        profile = inner.artifact.card.training.traffic_profile if isinstance(inner, OnnxBidder) else None
+        return ShieldedBidder(inner, ControllerGains.with_profile(profile or train().traffic_profile()))
 
     frames, tuned = [], {}
     for listed in methods:
@@ -361,7 +359,6 @@ def _run_bidder(run_dir: Path, setting: Setting) -> tuple[Bidder, dict[str, Any]
 def _model_bidder(method: str, setting: Setting) -> tuple[Bidder, dict[str, Any]]:
     """``onnx:MODEL_DIR`` loaded (onnxruntime, no torch) and checked against the evaluation's setting."""
     from model.artifact import ArtifactError
-    from training.bidders.onnx import OnnxBidder
 
     try:
         bidder = OnnxBidder.load(method[len(ONNX_PREFIX) :])

@@ -371,6 +371,7 @@ def _card(provenance: Provenance, latent: int, transition_dim: int | None, files
 
 def _traffic_profile(body: dict[str, Any]) -> tuple[float, ...] | None:
     """The train days' mean share of auctions per slot (logs only), or None if the run's market is not here."""
+    from training.dayset import traffic_profile
     from training.market.dataset import Market, MarketError
 
     try:
@@ -378,8 +379,7 @@ def _traffic_profile(body: dict[str, Any]) -> tuple[float, ...] | None:
         train = market.split("train")
         if not train:
             return None
-        logs = [market.load(e.day) for e in train]
-        shares = [np.diff(log.slot_offsets) / max(log.n_impressions, 1) for log in logs]
+        profile = traffic_profile([market.load(e.day) for e in train])
     except (MarketError, OSError, ValueError):
         return None
-    return tuple(round(float(x), 8) for x in np.mean(shares, axis=0))
+    return tuple(round(float(x), 8) for x in profile)
