@@ -21,16 +21,11 @@ from rcb.commands.common import check_output_dir, console, fail, print_json, pro
 RUN_FILE = "run.json"
 
 
-def _run_setting(run_dir: Path) -> str:
+def _run_record(run_dir: Path) -> tuple[str, str]:
+    """``(setting, algo)`` of a training run, from its ``run.json``."""
     try:
-        return str(jsonlib.loads((run_dir / RUN_FILE).read_text())["setting"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{run_dir / RUN_FILE}: unreadable run record ({exc})") from None
-
-
-def _run_algo(run_dir: Path) -> str:
-    try:
-        return str(jsonlib.loads((run_dir / RUN_FILE).read_text())["config"]["algo"])
+        body = jsonlib.loads((run_dir / RUN_FILE).read_text())
+        return str(body["setting"]), str(body["config"]["algo"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{run_dir / RUN_FILE}: unreadable run record ({exc})") from None
 
@@ -52,8 +47,9 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
         if group is not None:
             label, runs = group
             for run in runs:
-                if _run_setting(run) != setting.value:
-                    raise ValueError(f"{run} (in {label}) was trained for {_run_setting(run)}, not {setting.value}")
+                trained = _run_record(run)[0]
+                if trained != setting.value:
+                    raise ValueError(f"{run} (in {label}) was trained for {trained}, not {setting.value}")
             plays[listed] = len(runs)
         elif method.startswith(ONNX_PREFIX):
             try:
@@ -64,10 +60,10 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
                 raise ValueError(f"{method} was trained for {card.setting}, not {setting.value}")
             plays[listed] = -1 if card.latent_dim > 0 else 1  # a non-Bayesian policy is deterministic
         elif is_run_dir(method):
-            trained = _run_setting(Path(method))
+            trained, algo = _run_record(Path(method))
             if trained != setting.value:
                 raise ValueError(f"{method} was trained for {trained}, not {setting.value}")
-            plays[listed] = -1 if _run_algo(Path(method)) == "cbrl" else 1
+            plays[listed] = -1 if algo == "cbrl" else 1
         else:
             plays[listed] = -1 if method == "cem" else 1  # RM, PID and the references are deterministic
     return plays
