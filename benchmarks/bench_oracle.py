@@ -38,7 +38,7 @@ from machine import describe_machine  # benchmarks/machine.py, beside this scrip
 
 from model.contract import SLOTS_PER_DAY
 from model.roi import is_feasible
-from training.market.constraints import draw_mc_constraints
+from training.market.constraints import draw_paper_constraints
 from training.market.dataset import Market
 from training.market.schema import DayLog
 from training.oracle import (
@@ -135,7 +135,8 @@ def episodes(args: argparse.Namespace) -> list[tuple[str, DayIndex, dict[str, tu
         rng = np.random.default_rng(args.seed)
         for k in range(args.episodes):
             index = DayIndex(random_day(rng, args.impressions, day=k))
-            roi_target, budget, _ = draw_mc_constraints(index, np.random.default_rng([args.seed, k]))
+            drawn = draw_paper_constraints(index, np.random.default_rng([args.seed, k]))
+            roi_target, budget = drawn.roi_target, drawn.budget
             out.append((f"random{k}", index, {"sc": (1.0, math.inf), "mc": (roi_target, budget)}))
     return out
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from rcb.commands.market_import import import_command, parse_days
 from training.market import adapters
 from training.market.adapters import SUPPORTED_FORMATS, import_market, split_assignment
-from training.market.constraints import draw_mc_constraints
+from training.market.constraints import curve_of, draw_market_constraints, draw_paper_constraints
 from training.market.dataset import MANIFEST, Market, file_sha256
 from training.market.schema import SchemaError
 from training.simulator import DayIndex
@@ -116,15 +116,27 @@ def test_cbrl_mapping_is_exact(cbrl_market):
     assert market.load(903).n_impressions == 199
 
 
-def test_cbrl_mc_constraints_follow_the_recipe(cbrl_market):
+def test_cbrl_mc_constraints_follow_the_prior_recipe(cbrl_market):
     market, _ = cbrl_market
+    curves = {e.day: curve_of(DayIndex(market.load(e.day))) for e in market.days}
+    drawn = draw_market_constraints(curves, {e.day: e.split for e in market.days}, seed=3)
     for entry in market.days:
-        roi_target, budget, fraction = draw_mc_constraints(
-            DayIndex(market.load(entry.day)), np.random.default_rng([3, entry.day, 1])
-        )
-        assert (entry.mc.roi_target, entry.mc.budget) == (roi_target, budget)
-        assert entry.regime == {"budget_fraction": fraction}
+        assert (entry.mc.roi_target, entry.mc.budget) == (drawn[entry.day].roi_target, drawn[entry.day].budget)
+        assert entry.regime == drawn[entry.day].regime_fields()
         assert entry.mc.roi_target > 0 and entry.mc.budget > 0
+    assert market.source["constraints"].startswith("drawn: prior recipe")
+
+
+def test_cbrl_mc_constraints_paper_recipe_on_request(tmp_path: Path):
+    import_market("cbrl-syn", CBRL, tmp_path / "paper", seed=3, constraints="paper")
+    market = Market.open(tmp_path / "paper")
+    for entry in market.days:
+        drawn = draw_paper_constraints(DayIndex(market.load(entry.day)), np.random.default_rng([3, entry.day, 1]))
+        assert (entry.mc.roi_target, entry.mc.budget) == (drawn.roi_target, drawn.budget)
+        assert entry.regime == drawn.regime_fields()
+    assert market.source["constraints"].startswith("drawn: paper recipe")
+    with pytest.raises(ValueError, match="unknown constraint recipe"):
+        import_market("cbrl-syn", CBRL, tmp_path / "bad", constraints="hindsight")
 
 
 def test_cbrl_single_files_and_day_columns(tmp_path: Path):

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from model.contract import SLOTS_PER_DAY
-from training.market.constraints import day_curve, draw_mc_constraints
+from training.market.constraints import (
+    ConstraintRecipe,
+    DayCurve,
+    curve_of,
+    day_curve,
+    draw_market_constraints,
+    draw_paper_constraints,
+    reference_spend,
+)
 from training.market.dataset import Market
 from training.market.generator import MarketConfig, config_with, diurnal_profile, generate_day, generate_market
 from training.oracle import ORACLE_GRID, slot_oracle
@@ -138,11 +147,12 @@ def test_default_config_matches_the_paper_split():
     assert (config.days_id, config.days_ood, config.train_fraction) == (60, 20, 0.5)
 
 
-def test_mc_constraints_let_both_constraints_bind(calibration_days):
+def test_paper_mc_constraints_let_both_constraints_bind(calibration_days):
     """Across days, the MC oracle is held back by the budget on some and by the ROI target on others."""
     budget_binds, roi_binds = [], []
     for day, _, index, _ in calibration_days[:30]:
-        roi_target, budget, fraction = draw_mc_constraints(index, np.random.default_rng([CALIBRATION.seed, day, 1]))
+        drawn = draw_paper_constraints(index, np.random.default_rng([CALIBRATION.seed, day, 1]))
+        roi_target, budget, fraction = drawn.roi_target, drawn.budget, drawn.budget_fraction
         assert 0.8 <= roi_target <= 1.3 and budget > 0 and 0.3 <= fraction <= 1.5
         best = slot_oracle(index, roi_target, budget)
         assert best.delivery > 0 and best.cost <= budget and best.delivery >= roi_target * best.cost
@@ -150,3 +160,81 @@ def test_mc_constraints_let_both_constraints_bind(calibration_days):
         roi_binds.append(best.delivery <= 1.02 * roi_target * best.cost)
     assert 0.2 <= np.mean(budget_binds) <= 0.9, f"budget binds on {np.mean(budget_binds):.0%} of days"
     assert 0.2 <= np.mean(roi_binds) <= 0.9, f"ROI binds on {np.mean(roi_binds):.0%} of days"
+
+
+def _calibration_splits(calibration_days) -> dict[int, str]:
+    return {day: ("ood" if ood else ("train" if day % 2 == 0 else "test")) for day, ood, _, _ in calibration_days}
+
+
+def test_prior_mc_constraints_never_read_the_day_itself(calibration_days):
+    """A day's (L, B) under the prior recipe are the same whatever its own impressions are: replace a test
+    day's and a train day's curve by another day's, and only other days' budgets may move."""
+    curves = {day: curve_of(index) for day, _, index, _ in calibration_days}
+    splits = _calibration_splits(calibration_days)
+    drawn = draw_market_constraints(curves, splits, CALIBRATION.seed)
+    test_day, train_day = 1, 2
+    for day in (test_day, train_day):
+        altered = dict(curves)
+        altered[day] = DayCurve(delivery=curves[day].delivery * 3.0, cost=curves[day].cost * 0.5)
+        again = draw_market_constraints(altered, splits, CALIBRATION.seed)
+        assert (again[day].roi_target, again[day].budget) == (drawn[day].roi_target, drawn[day].budget)
+    # A test day's curve is nobody's history: no day moves. A train day's is everyone else's history.
+    altered = dict(curves)
+    altered[test_day] = DayCurve(delivery=curves[test_day].delivery * 3.0, cost=curves[test_day].cost * 0.5)
+    assert draw_market_constraints(altered, splits, CALIBRATION.seed) == drawn
+    # B = f * median over the other train days of the best constant ratio's spend at L.
+    history = [curves[d] for d, s in splits.items() if s == "train" and d != test_day]
+    reference = reference_spend(history, drawn[test_day].roi_target)
+    assert drawn[test_day].budget == pytest.approx(drawn[test_day].budget_fraction * reference, rel=1e-6)
+
+
+def test_prior_mc_constraints_draw_the_papers_numbers_without_its_hindsight(calibration_days):
+    """Same L and f as the paper recipe wherever the paper did not lower L; B no longer tracks the day's D*."""
+    curves = {day: curve_of(index) for day, _, index, _ in calibration_days}
+    splits = _calibration_splits(calibration_days)
+    prior = draw_market_constraints(curves, splits, CALIBRATION.seed)
+    log_b_prior, log_b_paper, log_d_star = [], [], []
+    for day, _, index, _ in calibration_days[:24]:
+        paper = draw_paper_constraints(index, np.random.default_rng([CALIBRATION.seed, day, 1]))
+        assert prior[day].budget_fraction == paper.budget_fraction
+        if paper.roi_reachable and prior[day].roi_reachable:
+            assert prior[day].roi_target == paper.roi_target
+        assert prior[day].budget > 0 and 0.8 <= prior[day].roi_target <= 1.3
+        log_b_prior.append(np.log(prior[day].budget))
+        log_b_paper.append(np.log(paper.budget))
+        log_d_star.append(np.log(max(slot_oracle(index, paper.roi_target, paper.budget).delivery, 1e-9)))
+    corr_paper = np.corrcoef(log_b_paper, log_d_star)[0, 1]
+    corr_prior = np.corrcoef(log_b_prior, log_d_star)[0, 1]
+    assert corr_prior < corr_paper - 0.2, (corr_prior, corr_paper)
+
+
+def test_prior_mc_constraints_flag_unreachable_days_and_keep_their_target():
+    """A day where no constant ratio reaches L keeps L (not lowered) and says roi_reachable = False."""
+    grid = np.linspace(0.01, 4.0, 400)
+    easy = DayCurve(delivery=2.0 * grid, cost=grid)  # ROI 2 at every ratio
+    hard = DayCurve(delivery=0.5 * grid, cost=grid)  # ROI 0.5: L >= 0.8 is out of reach
+    drawn = draw_market_constraints({0: easy, 1: easy, 2: hard}, {0: "train", 1: "train", 2: "test"}, seed=0)
+    assert not drawn[2].roi_reachable and drawn[0].roi_reachable
+    assert 0.8 <= drawn[2].roi_target <= 1.3
+    assert drawn[2].budget == pytest.approx(drawn[2].budget_fraction * 4.0)  # the easy days' best spend: ratio 4
+    with pytest.raises(ValueError, match="unknown constraint recipe"):
+        ConstraintRecipe(kind="hindsight")
+
+
+def test_generated_market_uses_the_named_recipe(tmp_path: Path):
+    """The default writes prior constraints with their analysis fields; paper is one option away."""
+    small = config_with(days_id=6, days_ood=2, impressions_per_day=4_000, seed=3)
+    prior = generate_market(tmp_path / "prior", small, workers=1)
+    curves = {e.day: curve_of(DayIndex(prior.load(e.day))) for e in prior.days}
+    expected = draw_market_constraints(curves, {e.day: e.split for e in prior.days}, small.seed)
+    for entry in prior.days:
+        assert (entry.mc.roi_target, entry.mc.budget) == (expected[entry.day].roi_target, expected[entry.day].budget)
+        assert {"budget_fraction", "budget_reference", "roi_reachable"} <= set(entry.regime)
+    assert prior.source["config"]["constraints"]["kind"] == "prior"
+    paper = generate_market(tmp_path / "paper", replace(small, constraints=ConstraintRecipe(kind="paper")), workers=2)
+    assert [d.sha256 for d in paper.days] == [d.sha256 for d in prior.days]  # same impressions
+    for entry in paper.days:
+        drawn = draw_paper_constraints(
+            DayIndex(paper.load(entry.day)), np.random.default_rng([small.seed, entry.day, 1])
+        )
+        assert (entry.mc.roi_target, entry.mc.budget) == (drawn.roi_target, drawn.budget)

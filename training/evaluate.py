@@ -202,11 +202,23 @@ def summarize(episodes: pd.DataFrame, methods: list[str], gamma: float = DEFAULT
     """Per method: median and mean over seeds of each seed's ANS; CSR, ANDR, G-metric over seeds (SPEC 6).
 
     Built on :func:`per_seed_metrics`, the same numbers the boxplots draw. ``gamma`` is the G-metric's
-    (the value validated for USCB in the setting, where known); ``n_zero_oracle`` counts the method's
-    episodes on days whose hindsight oracle delivers nothing (scored by ``D / D* = 1`` there, see
-    :func:`training.metrics.normalized_delivery`).
+    (the value validated for USCB in the setting, where known).
+
+    Days whose hindsight oracle delivers nothing (``D* = 0``: no bidder can reach L there, which the
+    ``prior`` constraint recipe allows) are scored by the rule of :func:`training.metrics.normalized_delivery`
+    (1 if the episode stayed feasible, else 0) and reported apart: ``n_zero_oracle`` counts the method's
+    episodes on them, ``csr_zero_oracle`` is its feasible share there (``nan`` if none) and
+    ``ans_reachable_median`` its median ANS over the other days alone.
     """
     table = per_seed_metrics(episodes, gamma)
+    reachable = per_seed_metrics(episodes[episodes["oracle_delivery"] > 0], gamma)
+    zero = episodes[episodes["oracle_delivery"] <= 0]
+    zero_feasible = is_feasible(
+        zero["delivery"].to_numpy(float),
+        zero["cost"].to_numpy(float),
+        zero["roi_target"].to_numpy(float),
+        zero["budget"].to_numpy(float) if "budget" in zero else np.inf,
+    )
 
     def over_seeds(values: pd.Series, how: str) -> float:
         values = values.dropna()
@@ -225,7 +237,11 @@ def summarize(episodes: pd.DataFrame, methods: list[str], gamma: float = DEFAULT
             "gmetric": over_seeds(rows["gmetric"], "mean"),
             "n_episodes": int(rows["n_episodes"].sum()),
             "n_seeds": len(rows),
-            "n_zero_oracle": int((episodes.loc[episodes["method"] == method, "oracle_delivery"] <= 0).sum()),
+            "n_zero_oracle": int((zero["method"] == method).sum()),
+            "csr_zero_oracle": float(zero_feasible[(zero["method"] == method).to_numpy()].mean())
+            if (zero["method"] == method).any()
+            else float("nan"),
+            "ans_reachable_median": over_seeds(reachable.loc[reachable["method"] == method, "ans"], "median"),
             "gmetric_gamma": gamma,
         }
     return summary

@@ -84,6 +84,16 @@ def _methods(episodes: pd.DataFrame) -> list[str]:
     return [str(m) for m in pd.unique(episodes["method"])]
 
 
+def _zero_oracle_csr(summary: dict[str, dict[str, Any]]) -> str:
+    """``method a.aaa, ...``: each method's feasible share on the days whose oracle delivers nothing."""
+    cells = [
+        f"`{_cell(str(method))}` {_number(row.get('csr_zero_oracle'), 3)}"
+        for method, row in summary.items()
+        if row.get("n_zero_oracle")
+    ]
+    return ", ".join(cells) or MISSING
+
+
 def per_seed_metrics(episodes: pd.DataFrame, gamma: float = DEFAULT_GAMMA) -> pd.DataFrame:
     """One row per (method, seed): ``ans, csr, andr`` (percent; ``nan`` if none feasible), ``gmetric``, ``n_episodes``.
 
@@ -218,7 +228,9 @@ def markdown_table(summary: Mapping[str, Mapping[str, Any]], meta: Mapping[str, 
         "(ROI ≥ L and cost ≤ budget); ANDR: mean (D/D* − 1) over feasible episodes, "
         f'{MISSING} when none is; G-metric: USCB\'s, γ = {gamma:g} (paper appendix, "Evaluation Protocols").'
         + (
-            f" {zero_oracle} episode(s) fall on days whose hindsight oracle delivers nothing: D/D* counts as 1 there."
+            f" {zero_oracle} episode(s) fall on days whose hindsight oracle delivers nothing (no bidder reaches L):"
+            " D/D* counts as 1 there if the episode stayed feasible, else 0"
+            f" (feasible share there: {_zero_oracle_csr(summary)})."
             if zero_oracle
             else ""
         ),

@@ -21,8 +21,13 @@ Conventions for the cases the formulas leave undefined (each one is tested in ``
   cannot have violated the ROI constraint (``D >= L * C`` holds), so it is feasible whenever it is
   within budget. With ``D = 0`` its score is ``0 / D* = 0`` — feasible but worthless, which is what
   "never bid" deserves.
-* **Zero oracle delivery.** ``D / D*`` with ``D* = 0`` is taken as ``1``. With ``D = 0`` this is
-  ``0/0``: the episode matched the oracle exactly. With ``D > 0`` the oracle failed to be an upper
+* **Zero oracle delivery.** ``D / D*`` with ``D* = 0`` is taken as ``1``, so such a day scores 1 if
+  the episode is feasible and 0 if not. These are the days where no bidder can reach the ROI target
+  (the ``prior`` constraint recipe draws L without looking at the day, so they happen, most on OOD
+  days): the best a bidder can do there is not to lose the advertiser's money, which a feasible
+  episode achieves (in practice by bidding little); ``rcb evaluate`` counts them (``n_zero_oracle``)
+  and reports the feasible share on them and ANS over the other days apart. With ``D = 0`` the ratio
+  is ``0/0``: the episode matched the oracle exactly. With ``D > 0`` the oracle failed to be an upper
   bound on that day (e.g. its ratio grid found no feasible delivery where a finer ratio did); the
   ratio is capped at ``1`` rather than ``+inf`` so that one degenerate day cannot make a mean infinite.
 * **G-metric with zero delivery.** The relative ROI violation ``L*C/D - 1`` is ``0`` when ``C = 0``

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 
 import orjson
@@ -118,3 +119,16 @@ def progress(quiet: bool = False) -> Progress:
         disable=quiet,
         transient=False,
     )
+
+
+class ConstraintRecipeName(StrEnum):
+    """How MC constraints are drawn where the logs carry none (training/market/constraints.py)."""
+
+    prior = "prior"
+    paper = "paper"
+
+
+CONSTRAINTS_HELP = (
+    "MC constraints: prior = budget from the train days' statistics (never the day itself);"
+    " paper = the reference code's recipe, from the day's own hindsight oracle."
+)

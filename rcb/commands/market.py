@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json as jsonlib
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,9 @@ import typer
 
 from rcb.commands import market_import
 from rcb.commands.common import (
+    CONSTRAINTS_HELP,
     DOCS_EPILOG,
+    ConstraintRecipeName,
     check_output_dir,
     check_output_file,
     console,
@@ -36,22 +39,46 @@ def generate_command(
     days_id: Annotated[int, typer.Option("--days-id", min=0, help="In-distribution days (split train/test).")] = 60,
     days_ood: Annotated[int, typer.Option("--days-ood", min=0, help="Out-of-distribution (festival) days.")] = 20,
     impressions_per_day: Annotated[
-        int, typer.Option("--impressions-per-day", min=48, help="Expected impressions of a regular day.")
-    ] = 1_000_000,
+        int | None,
+        typer.Option(
+            "--impressions-per-day", min=48, help="Expected impressions of a regular day [default: the preset's]."
+        ),
+    ] = None,
+    preset: Annotated[
+        str,
+        typer.Option(
+            "--preset",
+            help="Market configuration (training/market/suite.py): bench, sparse, shifted, volatile.",
+        ),
+    ] = "bench",
     seed: Annotated[int, typer.Option("--seed", help="Seeds every day and the train/test split.")] = 0,
+    constraints: Annotated[
+        ConstraintRecipeName, typer.Option("--constraints", help=CONSTRAINTS_HELP, case_sensitive=False)
+    ] = ConstraintRecipeName.prior,
     workers: Annotated[int, typer.Option("--workers", min=0, help="Processes (0 = one per core).")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing market in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print the manifest summary as JSON.")] = False,
 ) -> None:
     """Generate a synthetic non-stationary market (SPEC 3 schema, paper-style ID/OOD split; docs/data-schema.md)."""
     from training.market.dataset import MANIFEST
-    from training.market.generator import check_config, config_with, generate_market, min_days_id
+    from training.market.generator import check_config, generate_market, min_days_id
+    from training.market.suite import PRESETS
 
     with user_errors():
         check_output_dir(out)
         if (out / MANIFEST).exists() and not force:
             raise fail(f"{out} already holds a market ({MANIFEST}); pass --force to overwrite")
-        config = config_with(days_id=days_id, days_ood=days_ood, impressions_per_day=impressions_per_day, seed=seed)
+        if preset not in PRESETS:
+            raise fail(f"--preset {preset!r} is unknown; known: {', '.join(PRESETS)}")
+        base = PRESETS[preset]
+        config = replace(
+            base,
+            days_id=days_id,
+            days_ood=days_ood,
+            impressions_per_day=impressions_per_day or base.impressions_per_day,
+            seed=seed,
+            constraints=replace(base.constraints, kind=constraints.value),
+        )
         n_train = round(config.train_fraction * days_id)
         if days_id + days_ood > 0 and (n_train < 1 or days_id - n_train < 1):
             raise fail(

@@ -9,7 +9,16 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from rcb.commands.common import check_output_dir, console, print_json, progress, stdout_console, user_errors
+from rcb.commands.common import (
+    CONSTRAINTS_HELP,
+    ConstraintRecipeName,
+    check_output_dir,
+    console,
+    print_json,
+    progress,
+    stdout_console,
+    user_errors,
+)
 
 
 class LogFormat(StrEnum):
@@ -77,6 +86,9 @@ def import_command(
     advertiser: Annotated[
         int | None, typer.Option("--advertiser", help="auctionnet: advertiserNumber to import (needed if several).")
     ] = None,
+    constraints: Annotated[
+        ConstraintRecipeName, typer.Option("--constraints", help=CONSTRAINTS_HELP, case_sensitive=False)
+    ] = ConstraintRecipeName.prior,
     force: Annotated[bool, typer.Option("--force", help="Replace a market already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -107,6 +119,7 @@ def import_command(
                 advertiser=advertiser,
                 progress=report,
                 overwrite=force,
+                constraints=constraints.value,
             )
     result = summary.to_dict()
     if json:

@@ -28,8 +28,8 @@ mirror, from ``python/make_yewu.py`` (``get_df_from_file`` and ``dump_df_each``)
 The synthetic environment the reference ships (``syn_cbrl.zip``) samples data with these same columns.
 Mapping (SPEC 3): ``utility = pctr * pppc``, ``market_price = costprice / 1000``, ``delivery = rev``,
 ``slot = hr * 2 + min // 30``. The source has no MC constraints, so each day's ``(L, B)`` is drawn by
-:func:`training.market.constraints.draw_mc_constraints` with ``default_rng([seed, day, 1])``, as the
-generator does.
+:mod:`training.market.constraints` (recipe ``prior`` by default, ``paper`` on request) with
+``default_rng([seed, day, 1])``, as the generator does.
 
 ``src`` is a directory of per-day files (``.csv``, ``.csv.gz``, ``.parquet``, ``.pq``; hidden files
 and sub-directories are skipped) or a single file. The day id of a file is the last run of digits in
@@ -68,7 +68,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from model.contract import SLOTS_PER_DAY
-from training.market.constraints import draw_mc_constraints
+from training.market.constraints import (
+    ConstraintRecipe,
+    curve_of,
+    draw_market_constraints,
+    draw_paper_constraints,
+)
 from training.market.dataset import MANIFEST, SPLITS, DayEntry, Market, MarketError, MCConstraints, file_sha256
 from training.market.logs import READABLE_SUFFIXES, read_frame, write_day
 from training.market.schema import SchemaError, ValidationReport, reject_rows, split_days, validate_frame
@@ -289,7 +294,7 @@ def _convert_cbrl(src: Path, progress: ProgressCallback | None) -> _Converted:
                 "delivery": "rev",
                 "slot": "hr * 2 + min // 30",
             },
-            "constraints": "drawn (training.market.constraints recipe, default_rng([seed, day, 1]))",
+            "constraints": "drawn (training.market.constraints, default_rng([seed, day, 1]))",
         },
     )
 
@@ -501,14 +506,17 @@ def import_market(
     advertiser: int | None = None,
     progress: ProgressCallback | None = None,
     overwrite: bool = False,
+    constraints: str = "prior",
 ) -> ImportSummary:
     """Convert the ``fmt`` logs at ``src`` into a market directory ``out``; return what was done.
 
     ``ood_days`` go to the ``ood`` split; the other days are split train/test by
     :func:`split_assignment`. Invalid rows are left out and counted by reason (summary and manifest).
     ``value_per_conversion`` and ``advertiser`` only apply to ``auctionnet``; V defaults to each
-    period's CPAConstraint (so L = 1).
+    period's CPAConstraint (so L = 1). ``constraints`` names the recipe that draws MC constraints for a
+    source without them (:mod:`training.market.constraints`: ``prior`` or ``paper``).
     """
+    recipe = ConstraintRecipe(kind=constraints)
     if fmt not in SUPPORTED_FORMATS:
         raise ValueError(f"unknown log format {fmt!r}; supported: {', '.join(SUPPORTED_FORMATS)}")
     if not 0.0 <= test_fraction <= 1.0:
@@ -542,16 +550,21 @@ def import_market(
     # Only now, with every row read and checked, is an existing market replaced.
     _clear_out(out)
     entries: list[DayEntry] = []
+    curves = {}
     for done, (day, log) in enumerate(sorted(logs.items()), start=1):
         name = _day_file(day)
         write_day(log, out / name)
         regime: dict[str, Any] = {}
-        if converted.constraints is None:
-            roi_target, budget, fraction = draw_mc_constraints(DayIndex(log), np.random.default_rng([seed, day, 1]))
-            mc = MCConstraints(roi_target=roi_target, budget=budget)
-            regime["budget_fraction"] = fraction  # kept for analysis, as the generator does
-        else:
+        if converted.constraints is not None:
             mc = converted.constraints[day]
+        elif recipe.kind == "paper":
+            index = DayIndex(log)
+            drawn = draw_paper_constraints(index, np.random.default_rng([seed, day, 1]), recipe)
+            mc = MCConstraints(roi_target=drawn.roi_target, budget=drawn.budget)
+            regime.update(drawn.regime_fields())  # kept for analysis, as the generator does
+        else:  # prior: drawn below, once every train day's curve is known
+            curves[day] = curve_of(DayIndex(log))
+            mc = MCConstraints(roi_target=float("nan"), budget=float("nan"))
         entries.append(
             DayEntry(
                 day=day,
@@ -565,6 +578,12 @@ def import_market(
         )
         if progress:
             progress("writing days", done, len(logs))
+    if curves:
+        drawn_days = draw_market_constraints(curves, splits, seed, recipe)
+        for k, entry in enumerate(entries):
+            drawn = drawn_days[entry.day]
+            mc = MCConstraints(roi_target=drawn.roi_target, budget=drawn.budget)
+            entries[k] = replace(entry, mc=mc, regime={**entry.regime, **drawn.regime_fields()})
 
     source: dict[str, Any] = {
         "kind": "import",
@@ -579,6 +598,10 @@ def import_market(
         "notes": dict(converted.notes),
         **converted.details,
     }
+    if converted.constraints is None:
+        source["constraints"] = (
+            f"drawn: {recipe.kind} recipe (training.market.constraints, default_rng([seed, day, 1]))"
+        )
     Market(root=out, days=entries, source=source).save()
     return ImportSummary(
         format=fmt,

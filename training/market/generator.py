@@ -36,7 +36,13 @@ from typing import Any
 import numpy as np
 
 from model.contract import SLOTS_PER_DAY
-from training.market.constraints import ConstraintRecipe, draw_mc_constraints
+from training.market.constraints import (
+    ConstraintRecipe,
+    DayCurve,
+    curve_of,
+    draw_market_constraints,
+    draw_paper_constraints,
+)
 from training.market.dataset import DayEntry, Market, MCConstraints, file_sha256
 from training.market.logs import write_day
 from training.market.schema import DayLog
@@ -111,6 +117,8 @@ class MarketConfig:
     """Range of the log-price jump of an adversary shock."""
     outage_traffic: tuple[float, float] = (0.05, 0.3)
     """Range of the traffic multiplier during an outage."""
+    value_scale: float = 1.0
+    """Money unit: multiplies order values, hence utility, delivery, prices and budgets alike."""
     id_family: RegimeFamily = ID_FAMILY
     ood_family: RegimeFamily = OOD_FAMILY
     constraints: ConstraintRecipe = field(default_factory=ConstraintRecipe)
@@ -185,7 +193,7 @@ def generate_day(day: int, ood: bool, config: MarketConfig) -> tuple[DayLog, dic
     n = int(counts.sum())
     slot = np.repeat(np.arange(SLOTS_PER_DAY), counts)
 
-    value = rng.lognormal(0.0, config.value_dispersion, n)
+    value = config.value_scale * rng.lognormal(0.0, config.value_dispersion, n)
     predicted_cvr = np.minimum(config.base_cvr * rng.lognormal(0.0, config.cvr_dispersion, n), 0.5)
     utility = _float32_exact(value * predicted_cvr)
     utility = np.maximum(utility, np.float32(1e-9))  # float32 rounding must never reach 0
@@ -194,7 +202,7 @@ def generate_day(day: int, ood: bool, config: MarketConfig) -> tuple[DayLog, dic
     )
     delivery = _float32_exact(value * (rng.random(n) < true_cvr))
 
-    reference_utility = config.base_cvr  # median of value * predicted_cvr (both lognormal, value median 1)
+    reference_utility = config.value_scale * config.base_cvr  # median of value * predicted_cvr (both lognormal)
     relative = utility / reference_utility
     log_price = np.asarray(regime["log_price_path"])[slot]
     market_price = _float32_exact(
@@ -224,13 +232,22 @@ def split_of_days(config: MarketConfig) -> dict[int, str]:
     return split
 
 
-def _build_day(args: tuple[int, str, MarketConfig, str]) -> dict[str, Any]:
+def _build_day(args: tuple[int, str, MarketConfig, str]) -> tuple[dict[str, Any], DayCurve]:
+    """Write one day; return its manifest row and its constant-ratio curve.
+
+    Under the ``paper`` recipe the row carries the day's constraints already (they read the day's own
+    oracle); under ``prior`` they are placeholders that :func:`generate_market` fills in from the train days.
+    """
     day, split, config, out = args
     log, regime = generate_day(day, split == "ood", config)
-    roi_target, budget, fraction = draw_mc_constraints(
-        DayIndex(log), np.random.default_rng([config.seed, day, 1]), config.constraints
-    )
-    regime["budget_fraction"] = fraction
+    index = DayIndex(log)
+    curve = curve_of(index)
+    if config.constraints.kind == "paper":
+        drawn = draw_paper_constraints(index, np.random.default_rng([config.seed, day, 1]), config.constraints)
+        mc = MCConstraints(roi_target=drawn.roi_target, budget=drawn.budget)
+        regime.update(drawn.regime_fields())
+    else:
+        mc = MCConstraints(roi_target=float("nan"), budget=float("nan"))
     name = f"day_{day:03d}.parquet"
     write_day(log, Path(out) / name)
     entry = DayEntry(
@@ -238,11 +255,11 @@ def _build_day(args: tuple[int, str, MarketConfig, str]) -> dict[str, Any]:
         split=split,
         file=name,
         n_impressions=log.n_impressions,
-        mc=MCConstraints(roi_target=roi_target, budget=budget),
+        mc=mc,
         sha256=file_sha256(Path(out) / name),
         regime=regime,
     )
-    return entry.to_dict()
+    return entry.to_dict(), curve
 
 
 def min_days_id(train_fraction: float) -> int | None:
@@ -280,20 +297,29 @@ def generate_market(out: Path, config: MarketConfig, workers: int | None = None,
     splits = split_of_days(config)
     jobs = [(day, split, config, str(out)) for day, split in sorted(splits.items())]
     workers = workers or min(len(jobs), os.cpu_count() or 1)
-    entries = []
+    entries, curves = [], {}
     if workers <= 1:
-        for job in jobs:
-            entries.append(_build_day(job))
+        built = map(_build_day, jobs)
+        for entry, curve in built:
+            entries.append(entry)
+            curves[entry["day"]] = curve
             if progress:
                 progress()
     else:
         # spawn, not fork: a forked child inherits HiGHS's thread-pool state without its threads and
-        # spins forever once the parent has solved an oracle (the MC recipe solves one per day).
+        # spins forever once the parent has solved an oracle (the paper recipe solves one per day).
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for entry in pool.map(_build_day, jobs):
+            for entry, curve in pool.map(_build_day, jobs):
                 entries.append(entry)
+                curves[entry["day"]] = curve
                 if progress:
                     progress()
+    if config.constraints.kind == "prior":
+        drawn = draw_market_constraints(curves, splits, config.seed, config.constraints)
+        for entry in entries:
+            day = drawn[entry["day"]]
+            entry["mc"] = asdict(MCConstraints(roi_target=day.roi_target, budget=day.budget))
+            entry.setdefault("regime", {}).update(day.regime_fields())
     source = {"kind": "synthetic", "generator": "rcb.training.market.generator", "config": config.to_dict()}
     market = Market(root=out, days=[DayEntry.from_dict(e) for e in entries], source=source)
     market.save()
