@@ -148,6 +148,10 @@ class TrainingInfo(BaseModel):
     traffic_profile: tuple[float, ...] | None = None
     """Mean share of a day's auctions in each of the 48 slots over the train days: the safety shield's and the
     fallback controller's budget pacing plan (uniform where absent)."""
+    controller: dict[str, float] | None = None
+    """The PID law's gains tuned on the train days (``model.controller.GAIN_FIELDS``): the safety shield's and
+    the fallback controller's reference, so both fit the market the model was trained on (the benchmark's
+    defaults where absent)."""
     epochs: int = Field(ge=0)
     config: dict[str, Any]
 

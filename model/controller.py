@@ -17,7 +17,7 @@ slots reported so far, so the stateless form bids exactly what the stateful PID 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +25,9 @@ import numpy as np
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.history import History
 from model.roi import roi
+
+GAIN_FIELDS = ("initial_ratio", "kp", "ki", "kd", "kp_budget", "ki_budget")
+"""The tuned numbers of the law (the PID baseline's parameters, ``training/bidders/pid.py``)."""
 
 RATIO_FLOOR = 0.01
 """The controller never bids below this: a ratio of 0 would stop all feedback."""
@@ -44,9 +47,19 @@ class ControllerGains:
     """Share of a day's traffic in each slot (uniform unless the model card carries the training days')."""
 
     @classmethod
-    def with_profile(cls, traffic_profile: Sequence[float] | None) -> ControllerGains:
-        """The default gains with a traffic profile (a model card's, say), or the uniform one where there is none."""
-        return cls() if traffic_profile is None else cls(traffic_profile=tuple(float(x) for x in traffic_profile))
+    def with_profile(
+        cls, traffic_profile: Sequence[float] | None, tuned: Mapping[str, float] | None = None
+    ) -> ControllerGains:
+        """Gains tuned elsewhere (a model card's, a PID baseline's: the :data:`GAIN_FIELDS`), else the defaults,
+        with a traffic profile (a model card's, say), else the uniform one."""
+        gains = {k: float(tuned[k]) for k in GAIN_FIELDS} if tuned is not None else {}
+        if traffic_profile is not None:
+            gains["traffic_profile"] = tuple(float(x) for x in traffic_profile)  # type: ignore[assignment]
+        return cls(**gains)  # type: ignore[arg-type]
+
+    def tuned(self) -> dict[str, float]:
+        """The :data:`GAIN_FIELDS` (what a model card carries)."""
+        return {k: float(getattr(self, k)) for k in GAIN_FIELDS}
 
     def __post_init__(self) -> None:
         if len(self.traffic_profile) != SLOTS_PER_DAY or min(self.traffic_profile) < 0:

@@ -30,22 +30,9 @@ if [ ! -f "$MARKET/manifest.json" ]; then
   .venv/bin/rcb market generate --out "$MARKET" --seed 0
 fi
 
-# One training run: skipped when finished, resumed when interrupted. Args: SETTING ALGO SEED OUT [rcb train args].
-train_one() {
-  local setting=$1 algo=$2 seed=$3 out=$4
-  shift 4
-  if [ -f "$out/run.json" ] && grep -q '"status": "done"' "$out/run.json"; then return 0; fi
-  local resume=()
-  [ -f "$out/run.json" ] && resume=(--resume)
-  local log="$RUNS/logs/$(echo "$out" | tr / _).log"
-  mkdir -p "$(dirname "$out")" "$RUNS/logs"
-  if ! .venv/bin/rcb train --data "$MARKET" --setting "$setting" --algo "$algo" --seed "$seed" --out "$out" \
-    "${resume[@]}" "$@" $TRAIN_ARGS --json > "$log" 2>&1; then
-    echo "training $out failed; see $log" >&2
-    return 1
-  fi
-  echo "trained $out"
-}
+# One training run per line "SETTING ALGO SEED OUT [rcb train args]", on $MARKET (scripts/train_one.sh).
+source scripts/train_one.sh
+train_one() { train_run "$MARKET" "$@"; }
 export -f train_one
 run_jobs() { xargs -P "$JOBS" -L 1 bash -c 'train_one "$@"' _; }
 

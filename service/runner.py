@@ -194,8 +194,8 @@ def _by_slot(states: Sequence[CampaignState]) -> list[list[int]]:
 
 
 def controller_gains(artifact: Artifact) -> ControllerGains:
-    """Default PID gains with the traffic profile of the model's training days, where the card has it."""
-    return ControllerGains.with_profile(artifact.card.training.traffic_profile)
+    """The PID gains and traffic profile of the model's training days, where the card has them (else defaults)."""
+    return ControllerGains.with_profile(artifact.card.training.traffic_profile, artifact.card.training.controller)
 
 
 _BACKGROUND: ThreadPoolExecutor | None = None

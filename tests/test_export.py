@@ -89,6 +89,24 @@ def test_the_model_card_describes_the_run(exported: Exported):
     assert sorted(p.name for p in exported.cbrl_model.iterdir()) == ["encoder.onnx", "model.json", "policy.onnx"]
 
 
+def test_the_card_carries_the_pid_tuned_on_the_train_days(exported: Exported):
+    """The shield's reference controller fits the market the model was trained on: the card holds the PID
+    baseline tuned on the run's train days (rcb evaluate's tuning, shared through its cache)."""
+    from model.controller import GAIN_FIELDS
+    from service.runner import controller_gains
+    from training.dayset import DaySet
+    from training.evaluate import tuned_baseline
+    from training.market.dataset import Market
+
+    card = load_artifact(exported.cbrl_model).card
+    market = Market.open(exported.market)
+    pid, _ = tuned_baseline(market, "pid", SETTING, lambda: DaySet.load(market, "train", SETTING))
+    assert card.training.controller == {k: pid.params()[k] for k in GAIN_FIELDS}
+    gains = controller_gains(load_artifact(exported.cbrl_model))  # what the service runs
+    assert gains.tuned() == card.training.controller
+    assert list(gains.traffic_profile) == list(card.training.traffic_profile)
+
+
 def test_a_non_bayesian_run_exports_the_policy_alone(exported: Exported):
     artifact = load_artifact(exported.hard_model)
     assert artifact.card.latent_dim == 0 and artifact.card.transition_dim is None and not artifact.bayesian

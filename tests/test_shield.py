@@ -8,10 +8,15 @@ import numpy as np
 import pytest
 from artifact_fixtures import SETTING, exported_runs
 
+from model.artifact import load_artifact
 from model.contract import SLOTS_PER_DAY
 from model.controller import ControllerGains, controller_ratios
 from model.history import History, Registration
 from model.shield import ShieldConfig, shield, threat_level
+from training.bidders.base import play
+from training.bidders.onnx import OnnxBidder
+from training.bidders.shielded import ShieldedBidder
+from training.dayset import DaySet
 from training.evaluate import evaluate, parse_methods
 from training.market.dataset import Market
 
@@ -79,5 +84,15 @@ def test_shield_methods_play_in_rcb_evaluate(tmp_path_factory: pytest.TempPathFa
     assert set(result.summary) == {"rm", "shield:rm", f"shield:onnx:{exported.cbrl_model}"}
     shielded = result.meta["tuned"][f"shield:onnx:{exported.cbrl_model}"]
     assert shielded["algo"] == "cbrl" and 0.0 <= shielded["shield_acted_share"] <= 1.0
+    # The shield of a model is the one its card describes (the PID tuned on its train days), as in the service.
+    model = OnnxBidder(load_artifact(exported.cbrl_model))
+    card = model.artifact.card.training
+    assert card.controller is not None and card.controller != ControllerGains().tuned()
+    bidder = ShieldedBidder(model, ControllerGains.with_profile(card.traffic_profile, card.controller))
+    days = DaySet.load(Market.open(exported.market), "test", SETTING)
+    outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), 0)
+    rows = result.episodes[result.episodes["method"] == f"shield:onnx:{exported.cbrl_model}"]
+    np.testing.assert_array_equal(rows["delivery"].to_numpy(), outcome.delivery)
+    np.testing.assert_array_equal(rows["cost"].to_numpy(), outcome.cost)
     with pytest.raises(ValueError, match="not bidders"):
         parse_methods("shield:oracle-day")

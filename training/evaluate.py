@@ -213,12 +213,6 @@ def summarize(episodes: pd.DataFrame, methods: list[str], gamma: float = DEFAULT
     table = per_seed_metrics(episodes, gamma)
     reachable = per_seed_metrics(episodes[episodes["oracle_delivery"] > 0], gamma)
     zero = episodes[episodes["oracle_delivery"] <= 0]
-    zero_feasible = is_feasible(
-        zero["delivery"].to_numpy(float),
-        zero["cost"].to_numpy(float),
-        zero["roi_target"].to_numpy(float),
-        zero["budget"].to_numpy(float) if "budget" in zero else np.inf,
-    )
 
     def over_seeds(values: pd.Series, how: str) -> float:
         values = values.dropna()
@@ -238,7 +232,7 @@ def summarize(episodes: pd.DataFrame, methods: list[str], gamma: float = DEFAULT
             "n_episodes": int(rows["n_episodes"].sum()),
             "n_seeds": len(rows),
             "n_zero_oracle": int((zero["method"] == method).sum()),
-            "csr_zero_oracle": float(zero_feasible[(zero["method"] == method).to_numpy()].mean())
+            "csr_zero_oracle": float(zero.loc[zero["method"] == method, "feasible"].mean())
             if (zero["method"] == method).any()
             else float("nan"),
             "ans_reachable_median": over_seeds(reachable.loc[reachable["method"] == method, "ans"], "median"),
@@ -279,9 +273,14 @@ def evaluate(
         return train_cache[0]
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:
-        """The service's shield: an exported model's own card profile, else this market's train days'."""
-        profile = inner.artifact.card.training.traffic_profile if isinstance(inner, OnnxBidder) else None
-        return ShieldedBidder(inner, ControllerGains.with_profile(profile or train().traffic_profile()))
+        """The service's shield: an exported model's card (gains, profile), as the service reads it; else (a
+        training run of this market) what its export would write: the PID tuned on this market's train days."""
+        if isinstance(inner, OnnxBidder):
+            card = inner.artifact.card.training
+            return ShieldedBidder(inner, ControllerGains.with_profile(card.traffic_profile, card.controller))
+        pid_bidder, _ = tuned_baseline(market, "pid", setting, train, progress)
+        tuned = pid_bidder.params()
+        return ShieldedBidder(inner, ControllerGains.with_profile(tuned["traffic_profile"], tuned))
 
     frames, tuned = [], {}
     for listed in methods:

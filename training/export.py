@@ -58,6 +58,7 @@ from model.artifact import (
     load_artifact,
     policy_spec,
 )
+from model.contract import Setting
 from model.features import FEATURES, N_FEATURES
 from model.trajectory import prefix_mask, transitions
 from training.agents.encoder import PosteriorEncoder
@@ -337,6 +338,7 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
             epochs=len(history),
             config=jsonable(config),
             traffic_profile=_traffic_profile(body),
+            controller=_controller_gains(body),
         ),
         evaluation=EvaluationInfo(
             best_validation_score=best_score,
@@ -367,6 +369,25 @@ def _card(provenance: Provenance, latent: int, transition_dim: int | None, files
         evaluation=provenance.evaluation,
         producer={"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
     )
+
+
+def _controller_gains(body: dict[str, Any]) -> dict[str, float] | None:
+    """The PID baseline tuned on the run's train days (``rcb evaluate``'s tuning, cached beside the market),
+    or None if the run's market is not here: the shield's reference controller for this model."""
+    from model.controller import ControllerGains
+    from training.dayset import DaySet
+    from training.evaluate import tuned_baseline
+    from training.market.dataset import Market, MarketError
+
+    try:
+        market = Market.open(Path(str(body.get("market", ""))))
+        if not market.split("train"):
+            return None
+        setting = Setting(body["setting"])
+        pid, _ = tuned_baseline(market, "pid", setting, lambda: DaySet.load(market, "train", setting))
+    except (MarketError, OSError, ValueError, KeyError):
+        return None
+    return ControllerGains.with_profile(None, pid.params()).tuned()
 
 
 def _traffic_profile(body: dict[str, Any]) -> tuple[float, ...] | None:

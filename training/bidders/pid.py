@@ -24,13 +24,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
-from model.controller import RATIO_FLOOR
+from model.controller import GAIN_FIELDS, RATIO_FLOOR
 from model.history import History, Registration
 from training.bidders.base import Bidder
 from training.bidders.tuning import best_of, candidate_scores, log_uniform
 from training.dayset import DaySet
 
-PARAMS = ("initial_ratio", "kp", "ki", "kd", "kp_budget", "ki_budget")
+PARAMS = GAIN_FIELDS
 
 
 class PID(Bidder):

@@ -25,8 +25,8 @@ PRESETS: dict[str, MarketConfig] = {
     "sparse": MarketConfig(impressions_per_day=200_000, base_cvr=0.008),
     "shifted": MarketConfig(
         value_scale=50.0,
-        id_family=replace(ID_FAMILY, conversion_log_mean=0.35),
-        ood_family=replace(OOD_FAMILY, conversion_log_mean=0.25),
+        id_family=replace(ID_FAMILY, conversion_log_mean=0.0),
+        ood_family=replace(OOD_FAMILY, conversion_log_mean=-0.1),
     ),
     "volatile": MarketConfig(
         diurnal_price_amplitude=0.3,

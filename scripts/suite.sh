@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The market suite (issue 12): train the default CBRL config on every market of the suite and evaluate
+# every method on each, so a design choice is checked beyond the benchmark market. Markets are the
+# presets of training/market/suite.py (bench, sparse, shifted, volatile; seed 0, prior MC constraints),
+# plus the two importer fixtures (tests/fixtures), which are too small to train on: there the shipped
+# model and the baselines play, with and without the shield. Resumable: finished runs, markets and
+# evaluations are kept, an interrupted training run is resumed.
+#
+#   bash scripts/suite.sh                          # MC, 5 seeds, all four generated markets
+#   MARKETS="sparse" SEEDS=3 bash scripts/suite.sh # a subset
+#   SETTINGS="sc mc" JOBS=4 bash scripts/suite.sh  # both settings, more runs at once on a bigger machine
+#
+# Outputs: data/suite/<market>/ (markets), runs/suite/<market>/<setting>/cbrl-s<k>/ (runs),
+# out/suite/<market>/<setting>-<split>/ (rcb evaluate's outputs) and out/suite/SUITE.md (the per-market table).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+MARKETS="${MARKETS:-bench sparse shifted volatile}"
+SETTINGS="${SETTINGS:-mc}"
+SEEDS="${SEEDS:-5}"
+JOBS="${JOBS:-2}"
+DATA="${DATA:-data/suite}"
+RUNS="${RUNS:-runs/suite}"
+OUT="${OUT:-out/suite}"
+MODEL="${MODEL:-models/default}"    # the shipped model, played on every market as a transfer check
+TRAIN_ARGS="${TRAIN_ARGS:-}"       # extra `rcb train` options for every run (empty: the defaults)
+FIXTURES="${FIXTURES:-1}"          # 0: skip the importer fixtures
+export TRAIN_ARGS
+source scripts/train_one.sh
+
+# 1. Markets.
+for market in $MARKETS; do
+  if [ ! -f "$DATA/$market/manifest.json" ]; then
+    .venv/bin/rcb market generate --preset "$market" --seed 0 --out "$DATA/$market" --json > /dev/null
+    echo "generated $DATA/$market"
+  fi
+done
+if [ "$FIXTURES" = 1 ]; then
+  [ -f "$DATA/fixture-cbrl-syn/manifest.json" ] ||
+    .venv/bin/rcb market import --format cbrl-syn tests/fixtures/cbrl_syn --out "$DATA/fixture-cbrl-syn" --seed 1 \
+      --json > /dev/null
+  [ -f "$DATA/fixture-auctionnet/manifest.json" ] ||
+    .venv/bin/rcb market import --format auctionnet tests/fixtures/auctionnet --advertiser 12 \
+      --out "$DATA/fixture-auctionnet" --seed 1 --json > /dev/null
+fi
+
+# 2. Training runs, seeds 0..SEEDS-1 of the default config per (market, setting).
+for seed in $(seq 0 $((SEEDS - 1))); do
+  for market in $MARKETS; do
+    for setting in $SETTINGS; do
+      echo "$DATA/$market $setting cbrl $seed $RUNS/$market/$setting/cbrl-s$seed"
+    done
+  done
+done | run_jobs
+
+# 3. Evaluations (redone when a run finished after the evaluation was written).
+evaluate() {  # MARKET_DIR SETTING SPLIT OUT METHODS
+  local data=$1 setting=$2 split=$3 out=$4 methods=$5
+  if [ -f "$out/summary.json" ] && [ -z "$(find "$RUNS" -name run.json -newer "$out/summary.json" 2>/dev/null | head -1)" ]; then
+    return 0
+  fi
+  .venv/bin/rcb evaluate "$data" --setting "$setting" --split "$split" --seeds "$SEEDS" --methods "$methods" \
+    --out "$out" > /dev/null
+  echo "evaluated $out"
+}
+for market in $MARKETS; do
+  for setting in $SETTINGS; do
+    runs="$RUNS/$market/$setting/cbrl-s*"
+    methods="rm,pid,cem,cbrl=$runs,shield:cbrl=$runs,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
+    for split in test ood; do
+      evaluate "$DATA/$market" "$setting" "$split" "$OUT/$market/$setting-$split" "$methods"
+    done
+  done
+done
+if [ "$FIXTURES" = 1 ]; then
+  for fixture in fixture-cbrl-syn fixture-auctionnet; do
+    for setting in $SETTINGS; do
+      evaluate "$DATA/$fixture" "$setting" test "$OUT/$fixture/$setting-test" \
+        "rm,pid,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
+    done
+  done
+fi
+
+# 4. The per-market table.
+.venv/bin/python -m training.suite_report "$OUT" > "$OUT/SUITE.md"
+cat "$OUT/SUITE.md"

@@ -1,0 +1,122 @@
+"""The market suite's per-market table (``scripts/suite.sh``): CBRL and the shield against PID on every market.
+
+``python -m training.suite_report OUT`` reads ``OUT/<market>/<setting>-<split>/summary.json`` (written by
+``rcb evaluate``) and prints one Markdown row per (market, setting, split) with the issue's two bars:
+
+* **CBRL first**: median ANS over training seeds >= PID's + 0.03, with mean CSR >= PID's;
+* **shield bound**: every shielded learned method's CSR >= PID's CSR - 0.05.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ANS_MARGIN = 0.03
+"""CBRL must beat PID's median ANS by this much (issue 12)."""
+CSR_SLACK = 0.05
+"""A shielded method's CSR may fall at most this far below PID's (issue 12)."""
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if not row:
+        return "—"
+    return f"{row['ans_median']:.3f} ({row['csr']:.2f})"
+
+
+def _model_rows(summary: dict[str, dict[str, Any]], shielded: bool) -> dict[str, Any] | None:
+    """The shipped model's row (``onnx:...``), shielded or not."""
+    for method, row in summary.items():
+        if (method.startswith("onnx:") and not shielded) or (method.startswith("shield:onnx:") and shielded):
+            return row
+    return None
+
+
+def verdicts(summary: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The two bars for one evaluation: ``cbrl_first`` and ``shield_bound``, each 'met' or 'missed by ...'."""
+    pid = summary.get("pid")
+    out = {"cbrl_first": "—", "shield_bound": "—"}
+    if pid is None:
+        return out
+    cbrl = summary.get("cbrl")
+    if cbrl is not None:
+        gap = cbrl["ans_median"] - (pid["ans_median"] + ANS_MARGIN)
+        csr_gap = cbrl["csr"] - pid["csr"]
+        misses = [f"ANS by {-gap:.3f}"] * (gap < 0) + [f"CSR by {-csr_gap:.2f}"] * (csr_gap < 0)
+        out["cbrl_first"] = "met" if not misses else "missed: " + ", ".join(misses)
+    shielded = {m: r for m, r in summary.items() if m.startswith("shield:")}
+    if shielded:
+        worst_method, worst = min(shielded.items(), key=lambda item: item[1]["csr"])
+        gap = worst["csr"] - (pid["csr"] - CSR_SLACK)
+        out["shield_bound"] = "met" if gap >= 0 else f"missed by {-gap:.2f} (`{worst_method}`)"
+    return out
+
+
+def table(root: Path) -> str:
+    header = [
+        "market",
+        "setting",
+        "split",
+        "days",
+        "D*=0 days",
+        "RM",
+        "PID",
+        "CEM",
+        "CBRL",
+        "shield:CBRL",
+        "default model",
+        "shield:default",
+        "CBRL >= PID + 0.03, CSR >= PID's",
+        "shield CSR >= PID's - 0.05",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] * 3 + ["---:"] * 9 + [":---"] * 2) + "|"]
+    for path in sorted(root.glob("*/*-*/summary.json")):
+        market, (setting, split) = path.parent.parent.name, path.parent.name.split("-", 1)
+        summary = json.loads(path.read_text())
+        counted = summary.get("pid") or next(iter(summary.values()))
+        seeds = max(int(counted.get("n_seeds", 1)), 1)
+        days = int(counted["n_episodes"]) // seeds
+        zero = int(counted.get("n_zero_oracle", 0)) // seeds
+        verdict = verdicts(summary)
+        cells = [
+            market,
+            setting.upper(),
+            split,
+            str(days),
+            str(zero),
+            _cell(summary.get("rm")),
+            _cell(summary.get("pid")),
+            _cell(summary.get("cem")),
+            _cell(summary.get("cbrl")),
+            _cell(summary.get("shield:cbrl")),
+            _cell(_model_rows(summary, shielded=False)),
+            _cell(_model_rows(summary, shielded=True)),
+            verdict["cbrl_first"],
+            verdict["shield_bound"],
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    legend = (
+        "Cells: median ANS over seeds (mean CSR). CBRL: the default `rcb train` config trained on the market's"
+        " train days, one run per seed; default model: the shipped `models/default` (trained on the benchmark"
+        " market), a transfer check. D*=0 days: days no bidder can reach the ROI target on (scored 1 if"
+        " feasible, else 0)."
+    )
+    return "\n".join(["# Market suite", "", *lines, "", legend, ""])
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m training.suite_report OUT_DIR", file=sys.stderr)
+        return 2
+    root = Path(argv[0])
+    if not root.is_dir():
+        print(f"{root}: no such directory (run scripts/suite.sh first)", file=sys.stderr)
+        return 2
+    print(table(root))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
