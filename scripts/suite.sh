@@ -3,7 +3,8 @@
 # every method on each, so a design choice is checked beyond the benchmark market. Markets are the
 # presets of training/market/suite.py (bench, sparse, shifted, volatile; seed 0, prior MC constraints),
 # plus the two importer fixtures (tests/fixtures), which are too small to train on: there the shipped
-# model and the baselines play, with and without the shield. Resumable: finished runs, markets and
+# model and the baselines play, with and without the shield. CBRL plays as its SEEDS runs (run k with
+# seed k) and as one ensemble of them (ensemble:, the median log-ratio), each with and without the shield. Resumable: finished runs, markets and
 # evaluations are kept, an interrupted training run is resumed.
 #
 #   bash scripts/suite.sh                          # MC, 5 seeds, all four generated markets
@@ -66,7 +67,8 @@ evaluate() {  # MARKET_DIR SETTING SPLIT OUT METHODS
 for market in $MARKETS; do
   for setting in $SETTINGS; do
     runs="$RUNS/$market/$setting/cbrl-s*"
-    methods="rm,pid,cem,cbrl=$runs,shield:cbrl=$runs,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
+    methods="rm,pid,cem,cbrl=$runs,shield:cbrl=$runs,ensemble:cbrl=$runs,shield:ensemble:cbrl=$runs"
+    methods="$methods,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
     for split in test ood; do
       evaluate "$DATA/$market" "$setting" "$split" "$OUT/$market/$setting-$split" "$methods"
     done

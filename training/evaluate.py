@@ -28,6 +28,7 @@ from model.contract import Setting
 from model.controller import ControllerGains
 from training.bidders import cem, pid, rm
 from training.bidders.base import Bidder, play
+from training.bidders.ensemble import EnsembleBidder
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
@@ -51,6 +52,8 @@ ONNX_PREFIX = "onnx:"
 """``onnx:MODEL_DIR`` names an exported model as a method."""
 SHIELD_PREFIX = "shield:"
 """``shield:METHOD`` plays METHOD behind the safety shield (:mod:`model.shield`), as the service can."""
+ENSEMBLE_PREFIX = "ensemble:"
+"""``ensemble:LABEL=GLOB`` plays a group's runs as one bidder (:mod:`training.bidders.ensemble`), once per seed."""
 
 Progress = Callable[[str], None]
 
@@ -130,7 +133,8 @@ def parse_methods(text: str) -> list[str]:
     if unknown:
         raise EvaluationError(
             f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known_methods())}, a training run directory"
-            f", {ONNX_PREFIX}MODEL_DIR (a directory written by rcb export) or LABEL=GLOB (training runs, one per seed)"
+            f", {ONNX_PREFIX}MODEL_DIR (a directory written by rcb export), LABEL=GLOB (training runs, one per seed)"
+            f" or {ENSEMBLE_PREFIX}LABEL=GLOB (those runs as one bidder)"
         )
     if len({method_label(m) for m in listed}) != len(listed):
         raise EvaluationError(f"a method is listed twice in {text!r}")
@@ -286,7 +290,7 @@ def evaluate(
     for listed in methods:
         method, shielded = unshielded(listed)
         group = run_group(method)
-        if group is not None:
+        if group is not None and not method.startswith(ENSEMBLE_PREFIX):
             label, runs = group
             wrap = shielded_by if shielded else None
             label = SHIELD_PREFIX + label if shielded else label
@@ -300,22 +304,32 @@ def evaluate(
             if progress:
                 progress("episodes")
             continue
-        if method in BASELINES:
+        if group is not None:  # ensemble:LABEL=GLOB
+            label, runs = group
+            members = [_run_bidder(run_dir, setting) for run_dir in runs]
+            bidder = EnsembleBidder([member for member, _ in members])
+            tuned[method] = {
+                "algo": members[0][1]["algo"],
+                "runs": [str(r) for r in runs],
+                "best_validation_score": [record["best_validation_score"] for _, record in members],
+            }
+        elif method in BASELINES:
             bidder, record = tuned_baseline(market, method, setting, train, progress)
             tuned[method] = {"train_score": record["train_score"], **record["params"]}
         elif method.startswith(ONNX_PREFIX):
             bidder, tuned[method] = _model_bidder(method, setting)
         else:
             bidder, tuned[method] = _run_bidder(Path(method), setting)
+        row_label = method_label(listed)  # the method as written, or an ensemble's group label
         if shielded:
             bidder = shielded_by(bidder)
-            tuned[listed] = tuned.pop(method)
+        tuned[row_label] = tuned.pop(method)
         indexes = days.indexes(bidder.traffic_buckets)
         for seed in range(1 if bidder.deterministic else seeds):
             outcome = play(bidder, indexes, days.episode_days(), days.registration(), seed)
-            frames.append(episode_rows(listed, seed, days, outcome.delivery, outcome.cost))
+            frames.append(episode_rows(row_label, seed, days, outcome.delivery, outcome.cost))
             if isinstance(bidder, ShieldedBidder):
-                tuned[listed]["shield_acted_share"] = round(bidder.acted_share, 4)
+                tuned[row_label]["shield_acted_share"] = round(bidder.acted_share, 4)
             if progress:
                 progress("episodes")
     episodes = pd.concat(frames, ignore_index=True)
