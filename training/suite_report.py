@@ -104,7 +104,9 @@ def table(root: Path) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     legend = (
         "Cells: median ANS over seeds (mean CSR). CBRL: the default `rcb train` config trained on the market's"
-        " train days, one run per seed; default model: the shipped `models/default` (trained on the benchmark"
+        " train days, one run per seed (the bar is checked on the better of the runs and their ensemble, one"
+        " bidder taking the median log-ratio of the runs, played with every seed); default model: the shipped"
+        " `models/default` (trained on the benchmark"
         " market), a transfer check. D*=0 days: days no bidder can reach the ROI target on (scored 1 if"
         " feasible, else 0)."
     )
