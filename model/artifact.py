@@ -165,6 +165,9 @@ class EvaluationInfo(BaseModel):
     train_score_at_best: float | None = None
     history: list[dict[str, Any]] = Field(default_factory=list)
     """Per epoch: stage, train and validation score, losses (``run.json``'s history)."""
+    measured: dict[str, Any] = Field(default_factory=dict)
+    """Figures measured on the exported model after export (``training.export.record_figures``): per split of
+    the training market, median ANS and mean CSR of the model alone, behind the shield, and of PID."""
 
 
 class ModelCard(_Strict):

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Rebuild models/default/, the CBRL model that ships with the repository so `rcb serve` works out of
-# the box: CBRL in the MC setting with the default `rcb train` config, seed 0, trained on the train
-# days of the benchmark market (`rcb market generate --out data/bench --seed 0`, generated if absent),
-# exported, then checked: the exported model must replay its run's test episodes (up to float rounding:
-# torch and onnxruntime differ by ~1e-6 on a ratio, which can flip the one impression bid at exactly
-# that price and move one episode by one win).
+# the box: CBRL in the MC setting with the default `rcb train` config on the train days of the benchmark
+# market (`rcb market generate --out data/bench --seed 0`, generated if absent), exported, then checked
+# and measured:
+# - the exported model must replay its run's test episodes (up to float rounding: torch and onnxruntime
+#   differ by ~1e-6 on a ratio, which can flip the one impression bid at exactly that price);
+# - its figures on the market's test and OOD days (5 seeds; alone, behind the shield, and PID's) are
+#   written into the card (`evaluation.measured`).
 #
-#   bash scripts/build_default_model.sh                          # ~40 s market + ~5-8 min training
-#   RUN=runs/bench/mc/cbrl-s0 bash scripts/build_default_model.sh  # export a finished run of the same config
+#   bash scripts/build_default_model.sh                                   # trains seed 0 (~8 min on 2 cores)
+#   RUN=runs/bench/mc/cbrl-s0 bash scripts/build_default_model.sh         # export a finished run
+#   RUNS='runs/suite/bench/mc/cbrl-s*' MARKET=data/suite/bench bash scripts/build_default_model.sh
+#                                   # the finished run with the best validation score (held-out train days)
 #
-# (scripts/results.sh trains exactly that run as CBRL's MC seed 0.) Scratch files land in $WORK.
+# (scripts/results.sh and scripts/suite.sh train runs of exactly that config.) Scratch files land in $WORK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,6 +28,19 @@ if [ ! -f "$MARKET/manifest.json" ]; then
   rcb market generate --out "$MARKET" --seed 0
 fi
 finished() { [ -f "$1/run.json" ] && grep -q '"status": "done"' "$1/run.json"; }
+if [ -n "${RUNS:-}" ]; then  # model selection on validation days only, never test or OOD
+  RUN=$(.venv/bin/python - "$RUNS" <<'EOF'
+import glob, json, sys
+runs = [r for r in sorted(glob.glob(sys.argv[1])) if '"status": "done"' in open(f"{r}/run.json").read()]
+if not runs:
+    sys.exit(f"error: {sys.argv[1]} matches no finished training run")
+scores = {r: json.load(open(f"{r}/run.json"))["best_validation_score"] for r in runs}
+print(max(runs, key=scores.get))
+print("validation scores: " + ", ".join(f"{r} {s:.3f}" for r, s in scores.items()), file=sys.stderr)
+EOF
+)
+  echo "selected $RUN (best validation score)"
+fi
 if [ -n "${RUN:-}" ]; then
   finished "$RUN" || { echo "error: $RUN is not a finished training run" >&2; exit 2; }
 else
@@ -52,5 +69,28 @@ assert same >= 0.9 * len(run) and relative.max() < 1e-2, (
 )
 print(f"onnx model replays the run's {len(run)} test episodes: {same} identical (within 1e-6), the others within "
       f"{relative.max():.2%} of delivery (float rounding between torch and onnxruntime)")
+EOF
+# Figures on the card: test and OOD, 5 seeds, the model alone, behind the shield, and the market's tuned PID.
+for split in test ood; do
+  rcb evaluate "$MARKET" --setting mc --split "$split" --methods "pid,onnx:$MODEL,shield:onnx:$MODEL" --seeds 5 \
+    --out "$WORK/figures-$split" > /dev/null
+done
+.venv/bin/python - "$MODEL" "$MARKET" "$WORK" <<'EOF'
+import json, sys
+from pathlib import Path
+
+from training.export import record_figures
+
+model, market, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+measured = {"market": market, "seeds": 5, "metric": "median ANS over seeds, mean CSR (docs/metrics.md)"}
+for split in ("test", "ood"):
+    summary = json.loads((work / f"figures-{split}" / "summary.json").read_text())
+    rows = {"model": f"onnx:{model}", "shielded": f"shield:onnx:{model}", "pid": "pid"}
+    measured[split] = {
+        name: {"ans": round(summary[key]["ans_median"], 4), "csr": round(summary[key]["csr"], 4)}
+        for name, key in rows.items()
+    }
+    print(f"{split}: " + ", ".join(f"{n} ANS {v['ans']:.3f} CSR {v['csr']:.2f}" for n, v in measured[split].items()))
+record_figures(Path(model), measured)
 EOF
 du -sh "$MODEL"

@@ -202,3 +202,17 @@ def test_cli_errors_cleanly_on_an_unreadable_checkpoint(exported: Exported, tmp_
     result = runner.invoke(app, ["export", "--run", str(run), "--out", str(tmp_path / "model")])
     assert result.exit_code == 2 and "cannot load its best actor from best.pt" in result.output
     assert not (tmp_path / "model").exists()
+
+
+def test_measured_figures_go_on_the_card_and_leave_the_graphs_alone(exported: Exported, tmp_path: Path):
+    from training.export import record_figures
+
+    model = tmp_path / "model"
+    shutil.copytree(exported.cbrl_model, model)
+    before = load_artifact(model).card
+    figures = {"market": "m", "test": {"model": {"ans": 0.7, "csr": 0.9}, "pid": {"ans": 0.6, "csr": 0.8}}}
+    record_figures(model, figures)
+    after = load_artifact(model).card  # still a loadable, hash-checked artifact
+    assert after.evaluation.measured == figures
+    assert after.files == before.files and after.training == before.training
+    assert load_artifact(exported.cbrl_model).card.evaluation.measured == {}

@@ -57,6 +57,7 @@ from model.artifact import (
     file_sha256,
     load_artifact,
     policy_spec,
+    read_card,
 )
 from model.contract import Setting
 from model.features import FEATURES, N_FEATURES
@@ -369,6 +370,17 @@ def _card(provenance: Provenance, latent: int, transition_dim: int | None, files
         evaluation=provenance.evaluation,
         producer={"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
     )
+
+
+def record_figures(model_dir: Path, measured: dict[str, Any]) -> ModelCard:
+    """Write figures measured on an exported model into its card (``evaluation.measured``); the ONNX files and
+    their hashes are untouched. Returns the new card."""
+    card = read_card(Path(model_dir))
+    evaluation = card.evaluation.model_copy(update={"measured": measured})
+    updated = card.model_copy(update={"evaluation": evaluation})
+    ModelCard.model_validate_json(updated.to_json())  # what is written must read back
+    atomic_write_text(Path(model_dir) / CARD_FILE, updated.to_json())
+    return updated
 
 
 def _controller_gains(body: dict[str, Any]) -> dict[str, float] | None:
