@@ -54,34 +54,43 @@ for seed in $(seq 0 $((SEEDS - 1))); do
   done
 done | run_jobs
 
-# 3. Evaluations (redone when a run finished after the evaluation was written).
-evaluate() {  # MARKET_DIR SETTING SPLIT OUT METHODS
+# 3. Evaluations, $JOBS at once (each redone when a run finished after it was written).
+evaluate_one() {  # MARKET_DIR SETTING SPLIT OUT METHODS
   local data=$1 setting=$2 split=$3 out=$4 methods=$5
-  if [ -f "$out/summary.json" ] && [ -z "$(find "$RUNS" -name run.json -newer "$out/summary.json" 2>/dev/null | head -1)" ]; then
+  if [ -f "$out/summary.json" ] && [ -z "$(find "$RUNS" -name run.json -newer "$out/summary.json" | head -1)" ]; then
     return 0
   fi
-  .venv/bin/rcb evaluate "$data" --setting "$setting" --split "$split" --seeds "$SEEDS" --methods "$methods" \
-    --out "$out" > /dev/null
+  if ! .venv/bin/rcb evaluate "$data" --setting "$setting" --split "$split" --seeds "$SEEDS" --methods "$methods" \
+    --out "$out" > /dev/null 2> "$out.log"; then
+    echo "evaluating $out failed; see $out.log" >&2
+    return 1
+  fi
   echo "evaluated $out"
 }
-for market in $MARKETS; do
-  for setting in $SETTINGS; do
-    runs="$RUNS/$market/$setting/cbrl-s*"
-    methods="rm,pid,cem,cbrl=$runs,shield:cbrl=$runs,ensemble:cbrl=$runs,shield:ensemble:cbrl=$runs"
-    methods="$methods,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
-    for split in test ood; do
-      evaluate "$DATA/$market" "$setting" "$split" "$OUT/$market/$setting-$split" "$methods"
-    done
-  done
-done
-if [ "$FIXTURES" = 1 ]; then
-  for fixture in fixture-cbrl-syn fixture-auctionnet; do
+export -f evaluate_one
+export SEEDS RUNS
+mkdir -p "$OUT"
+{
+  for market in $MARKETS; do
     for setting in $SETTINGS; do
-      evaluate "$DATA/$fixture" "$setting" test "$OUT/$fixture/$setting-test" \
-        "rm,pid,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
+      runs="$RUNS/$market/$setting/cbrl-s*"
+      methods="rm,pid,cem,cbrl=$runs,shield:cbrl=$runs,ensemble:cbrl=$runs,shield:ensemble:cbrl=$runs"
+      methods="$methods,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
+      for split in test ood; do
+        mkdir -p "$OUT/$market"
+        echo "$DATA/$market $setting $split $OUT/$market/$setting-$split $methods"
+      done
     done
   done
-fi
+  if [ "$FIXTURES" = 1 ]; then
+    for fixture in fixture-cbrl-syn fixture-auctionnet; do
+      for setting in $SETTINGS; do
+        mkdir -p "$OUT/$fixture"
+        echo "$DATA/$fixture $setting test $OUT/$fixture/$setting-test rm,pid,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
+      done
+    done
+  fi
+} | xargs -P "$JOBS" -L 1 bash -c 'evaluate_one "$@"' _
 
 # 4. The per-market table.
 .venv/bin/python -m training.suite_report "$OUT" > "$OUT/SUITE.md"

@@ -64,6 +64,10 @@ def test_presets_differ_from_the_benchmark_in_what_they_say():
         preset("lunar")
 
 
-def test_cli_refuses_an_unknown_preset(tmp_path: Path):
+def test_cli_offers_exactly_the_suite_presets(tmp_path: Path):
+    from rcb.commands.market import PRESET_NAMES
+
+    assert tuple(PRESETS) == PRESET_NAMES
     result = CliRunner().invoke(app, ["market", "generate", "--preset", "lunar", "--out", str(tmp_path / "m")])
-    assert result.exit_code != 0 and "unknown" in result.output and "sparse" in result.output
+    assert result.exit_code == 2 and "lunar" in result.output and "sparse" in result.output
+    assert not (tmp_path / "m").exists()

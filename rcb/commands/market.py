@@ -5,6 +5,7 @@ from __future__ import annotations
 import json as jsonlib
 import time
 from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +26,11 @@ from rcb.commands.common import (
     user_errors,
 )
 
+PRESET_NAMES = ("bench", "sparse", "shifted", "volatile")
+"""The keys of ``training.market.suite.PRESETS`` (spelled here so ``rcb --help`` need not import the generator;
+a test keeps the two equal)."""
+MarketPreset = StrEnum("MarketPreset", {name: name for name in PRESET_NAMES})  # type: ignore[misc]
+
 app = typer.Typer(
     help="Make, import and inspect market logs (schema: docs/data-schema.md).",
     epilog=DOCS_EPILOG,
@@ -41,16 +47,15 @@ def generate_command(
     impressions_per_day: Annotated[
         int | None,
         typer.Option(
-            "--impressions-per-day", min=48, help="Expected impressions of a regular day [default: the preset's]."
+            "--impressions-per-day", min=48, help="Expected impressions of a regular day (default: the preset's)."
         ),
     ] = None,
     preset: Annotated[
-        str,
+        MarketPreset,
         typer.Option(
-            "--preset",
-            help="Market configuration (training/market/suite.py): bench, sparse, shifted, volatile.",
+            "--preset", help="Market configuration of the suite (training/market/suite.py).", case_sensitive=False
         ),
-    ] = "bench",
+    ] = MarketPreset.bench,
     seed: Annotated[int, typer.Option("--seed", help="Seeds every day and the train/test split.")] = 0,
     constraints: Annotated[
         ConstraintRecipeName, typer.Option("--constraints", help=CONSTRAINTS_HELP, case_sensitive=False)
@@ -68,9 +73,7 @@ def generate_command(
         check_output_dir(out)
         if (out / MANIFEST).exists() and not force:
             raise fail(f"{out} already holds a market ({MANIFEST}); pass --force to overwrite")
-        if preset not in PRESETS:
-            raise fail(f"--preset {preset!r} is unknown; known: {', '.join(PRESETS)}")
-        base = PRESETS[preset]
+        base = PRESETS[preset.value]
         config = replace(
             base,
             days_id=days_id,
