@@ -60,3 +60,16 @@ def test_an_ensemble_of_one_run_plays_as_that_run(tmp_path_factory: pytest.TempP
     np.testing.assert_allclose(one["cost"].to_numpy(), alone["cost"].to_numpy(), rtol=1e-12)
     assert result.meta["tuned"]["ensemble:one"]["runs"] == [str(run)]
     assert 0.0 <= result.meta["tuned"]["shield:ensemble:one"]["shield_acted_share"] <= 1.0
+
+
+def test_the_validation_split_is_the_days_training_held_out(tmp_path_factory: pytest.TempPathFactory):
+    """``--split validation`` plays the train days the runs' model selection read (how a run and an ensemble
+    are compared without test days)."""
+    from training.dayset import DaySet, split_validation
+
+    exported = exported_runs(tmp_path_factory)
+    market = Market.open(exported.market)
+    result = evaluate(market, SETTING, "validation", parse_methods("pid"), seeds=1)
+    train = DaySet.load(market, "train", SETTING)
+    held_out = [train.days[i] for i in split_validation(train)[1]]
+    assert sorted(result.episodes["day"]) == sorted(held_out) and 0 < len(held_out) < len(train)

@@ -14,9 +14,10 @@ from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.features import N_FEATURES
 from model.history import Registration
 from training.agents.networks import PREV_RATIO, TanhGaussianPolicy, TwinQ
-from training.agents.sac import OPTIMIZERS, EpisodeBuffer, PolicyBidder, SACAgent, SACConfig, split_validation
+from training.agents.sac import OPTIMIZERS, EpisodeBuffer, PolicyBidder, SACAgent, SACConfig
 from training.bidders.base import play
 from training.curriculum import PAPER_CURRICULUM, stage_at
+from training.dayset import split_validation
 from training.rewards import curriculum_reward, indicator_reward
 from training.simulator import DayIndex
 

@@ -19,6 +19,25 @@ from training.market.schema import DayLog
 from training.oracle import market_oracle, setting_constraints
 from training.simulator import DayIndex
 
+VALIDATION_FRACTION = 0.2
+"""Default share of the train days that training holds out for model selection."""
+VALIDATION = "validation"
+"""The name ``rcb evaluate`` gives those held-out train days (``--split validation``)."""
+
+
+def split_validation(train: DaySet, fraction: float = VALIDATION_FRACTION) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the training and validation days: every k-th train day is held out (at least one each).
+
+    The same days whatever the run's seed, so training's model selection and ``rcb evaluate --split
+    validation`` (choosing between runs, or between a run and an ensemble) read the same days.
+    """
+    n = len(train)
+    if n < 2 or fraction <= 0:
+        return np.arange(n), np.arange(n)
+    every = max(2, round(1 / fraction))
+    validation = np.arange(n)[::every]
+    return np.setdiff1d(np.arange(n), validation), validation
+
 
 def traffic_profile(logs: list[DayLog]) -> np.ndarray:
     """Mean share of a day's impressions (auctions) in each of the 48 slots over ``logs``."""

@@ -31,7 +31,7 @@ from training.bidders.base import Bidder, play
 from training.bidders.ensemble import EnsembleBidder
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
-from training.dayset import DaySet
+from training.dayset import VALIDATION, DaySet, split_validation
 from training.evaluation_report import per_seed_metrics
 from training.files import atomic_write_text
 from training.learning_curves import CurveError, split_group
@@ -260,16 +260,20 @@ def evaluate(
     hindsight references play once: their seeds would be identical copies. ``gamma``: the G-metric's.
     """
     setting = Setting(setting)
-    if split not in ("test", "ood", "train"):
-        raise EvaluationError(f"unknown split {split!r}; expected test or ood (or train)")
+    if split not in ("test", "ood", "train", VALIDATION):
+        raise EvaluationError(f"unknown split {split!r}; expected test, ood or validation (or train)")
     if seeds < 1:
         raise EvaluationError("seeds must be >= 1")
-    if not market.split(split):
+    if not market.split("train" if split == VALIDATION else split):
         raise EvaluationError(f"{market.root}: split {split!r} has no days")
     if any(m in BASELINES for m in methods) and not market.split("train"):
         raise EvaluationError(f"{market.root}: baselines are tuned on the train split, which has no days")
-    days = DaySet.load(market, split, setting, progress=progress)
-    train_cache: list[DaySet] = []
+    if split == VALIDATION:  # the train days training held out for model selection
+        full_train = DaySet.load(market, "train", setting, progress=progress)
+        days = full_train.subset(split_validation(full_train)[1])
+    else:
+        days = DaySet.load(market, split, setting, progress=progress)
+    train_cache: list[DaySet] = [full_train] if split == VALIDATION else []
 
     def train() -> DaySet:
         if not train_cache:

@@ -72,7 +72,13 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
 def evaluate_command(
     data_dir: Annotated[Path, typer.Argument(help="Market directory.")],
     setting: Annotated[Setting, typer.Option("--setting", help="sc (L=1, no budget) or mc (per-day L, B).")],
-    split: Annotated[str, typer.Option("--split", help="test or ood.")] = "test",
+    split: Annotated[
+        str,
+        typer.Option(
+            "--split",
+            help="test, ood, or validation (the train days training holds out for model selection: choose there).",
+        ),
+    ] = "test",
     methods: Annotated[
         str,
         typer.Option(
@@ -101,11 +107,11 @@ def evaluate_command(
     with user_errors():
         try:
             check_output_dir(out)
-            if split not in ("test", "ood"):
-                raise EvaluationError(f"unknown split {split!r}; expected test or ood")
+            if split not in ("test", "ood", "validation"):
+                raise EvaluationError(f"unknown split {split!r}; expected test, ood or validation")
             chosen = parse_methods(methods)
             market = Market.open(data_dir)
-            if not market.split(split):
+            if not market.split("train" if split == "validation" else split):
                 raise EvaluationError(f"{data_dir}: split {split!r} has no days")
             if any(m in BASELINES for m in chosen) and not market.split("train"):
                 raise EvaluationError(f"{data_dir}: baselines are tuned on the train split, which has no days")

@@ -53,7 +53,7 @@ from training.curriculum import (
     USCBStage,
     stage_at,
 )
-from training.dayset import DaySet
+from training.dayset import VALIDATION_FRACTION, DaySet, split_validation
 from training.rewards import DualAscent, constraint_gap
 
 CURRICULA: dict[str, tuple[Stage, ...]] = {
@@ -135,8 +135,8 @@ class SACConfig:
     auto_curriculum: bool = False
     """Learn each curriculum stage's ROI relaxation ``b_k`` by regret minimization (appendix) instead of
     keeping the paper's fixed 0.1 and 0.2 (crl and cbrl only)."""
-    validation_fraction: float = 0.2
-    """Share of the train days held out for model selection."""
+    validation_fraction: float = VALIDATION_FRACTION
+    """Share of the train days held out for model selection (:func:`training.dayset.split_validation`)."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -464,16 +464,6 @@ def _by_name(saved: dict[str, Any] | list[Any]) -> dict[str, Any]:
     if len(saved) != len(OPTIMIZERS):
         raise ValueError(f"checkpoint lists {len(saved)} optimizers, expected {len(OPTIMIZERS)}")
     return dict(zip(OPTIMIZERS, saved, strict=True))
-
-
-def split_validation(train: DaySet, fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the training and validation days: every k-th train day is held out (at least one each)."""
-    n = len(train)
-    if n < 2 or fraction <= 0:
-        return np.arange(n), np.arange(n)
-    every = max(2, round(1 / fraction))
-    validation = np.arange(n)[::every]
-    return np.setdiff1d(np.arange(n), validation), validation
 
 
 def play_days(bidder: Bidder, days: DaySet, chosen: np.ndarray, repeats: int, seed: int) -> tuple[Outcome, np.ndarray]:
