@@ -80,6 +80,8 @@ mkdir -p "$OUT"
         mkdir -p "$OUT/$market"
         echo "$DATA/$market $setting $split $OUT/$market/$setting-$split $methods"
       done
+      # Model selection between the runs and their ensemble reads the validation days only.
+      echo "$DATA/$market $setting validation $OUT/$market/$setting-validation pid,cbrl=$runs,ensemble:cbrl=$runs"
     done
   done
   if [ "$FIXTURES" = 1 ]; then
