@@ -148,6 +148,8 @@ class TrainingInfo(BaseModel):
     traffic_profile: tuple[float, ...] | None = None
     """Mean share of a day's auctions in each of the 48 slots over the train days: the safety shield's and the
     fallback controller's budget pacing plan (uniform where absent)."""
+    members: list[str] = Field(default_factory=list)
+    """An ensemble's runs (``rcb export --run A --run B ...``: the median of their log-ratios); empty: one run."""
     controller: dict[str, float] | None = None
     """The PID law's gains tuned on the train days (``model.controller.GAIN_FIELDS``): the safety shield's and
     the fallback controller's reference, so both fit the market the model was trained on (the benchmark's
@@ -165,6 +167,8 @@ class EvaluationInfo(BaseModel):
     train_score_at_best: float | None = None
     history: list[dict[str, Any]] = Field(default_factory=list)
     """Per epoch: stage, train and validation score, losses (``run.json``'s history)."""
+    member_validation_scores: list[float | None] = Field(default_factory=list)
+    """An ensemble's members' own best validation scores, in ``training.members`` order."""
     measured: dict[str, Any] = Field(default_factory=dict)
     """Figures measured on the exported model after export (``training.export.record_figures``): per split of
     the training market, median ANS and mean CSR of the model alone, behind the shield, and of PID."""

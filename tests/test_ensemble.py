@@ -1,50 +1,44 @@
-"""training/bidders/ensemble.py and ``ensemble:LABEL=GLOB``: K policies bidding the median of their log-ratios."""
+"""training/agents/ensemble.py: K runs as one model (median log-ratio), in ``rcb evaluate`` and ``rcb export``."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from artifact_fixtures import SETTING, exported_runs
+from typer.testing import CliRunner
 
-from model.history import History, Registration
-from training.bidders.base import Bidder
-from training.bidders.ensemble import ENSEMBLE_SEED_STRIDE, EnsembleBidder
-from training.evaluate import evaluate, parse_methods
+from model.artifact import load_artifact
+from model.features import N_FEATURES
+from rcb.cli import app
+from training.agents.encoder import PosteriorEncoder
+from training.agents.ensemble import EnsembleActor, ensemble_of, median_last
+from training.agents.networks import TanhGaussianPolicy
+from training.bidders.base import play
+from training.dayset import DaySet, split_validation
+from training.evaluate import EvaluationError, evaluate, parse_methods
 from training.market.dataset import Market
+from training.train import RunError, load_ensemble_bidder
 
 
-class Fixed(Bidder):
-    """Bids ``ratio`` (per bucket when ``buckets`` > 1); records the seed it was started with."""
-
-    name: ClassVar[str] = "fixed"
-
-    def __init__(self, ratio: float, buckets: int = 1):
-        self.ratio, self.traffic_buckets, self.seed = ratio, buckets, None
-
-    def start(self, registration: Registration, seed: int) -> None:
-        self.seed = seed
-
-    def bid(self, history: History) -> np.ndarray:
-        shape = (history.n,) if self.traffic_buckets == 1 else (history.n, self.traffic_buckets)
-        return np.full(shape, self.ratio)
-
-
-def test_the_median_log_ratio_outvotes_a_runaway_member():
-    members = [Fixed(0.5), Fixed(1.0), Fixed(4.0)]
-    ensemble = EnsembleBidder(members)
-    registration = Registration.of(1.0, None, n=3)
-    ensemble.start(registration, seed=2)
-    assert [m.seed for m in members] == [2 * ENSEMBLE_SEED_STRIDE + k for k in range(3)]
-    np.testing.assert_allclose(ensemble.bid(History(registration)), [1.0, 1.0, 1.0])
-    # An even count takes the geometric mean of the middle two; an abstaining member is floored, not -inf.
-    np.testing.assert_allclose(EnsembleBidder([Fixed(1.0), Fixed(4.0)]).bid(History(registration)), 2.0)
-    assert np.isfinite(EnsembleBidder([Fixed(0.0), Fixed(1.0)]).bid(History(registration))).all()
-    with pytest.raises(ValueError, match="different traffic buckets"):
-        EnsembleBidder([Fixed(1.0), Fixed(1.0, buckets=4)])
-    with pytest.raises(ValueError, match="at least one member"):
-        EnsembleBidder([])
+def test_median_of_the_members_log_ratios():
+    torch.manual_seed(0)
+    d = 3
+    actors = [TanhGaussianPolicy(N_FEATURES + d, hidden=16, step=0.3) for _ in range(3)]
+    ensemble = EnsembleActor(actors, member_latent_dim=d)
+    obs = torch.rand(5, N_FEATURES)
+    z = torch.randn(5, 3 * d)
+    with torch.no_grad():
+        got = ensemble.act(torch.cat([obs, z], dim=1)).numpy()
+        members = np.stack(
+            [a.act(torch.cat([obs, z[:, k * d : (k + 1) * d]], dim=1)).numpy() for k, a in enumerate(actors)]
+        )
+    np.testing.assert_allclose(got, np.exp(np.median(np.log(np.maximum(members, 0.01)), axis=0)), rtol=1e-6)
+    np.testing.assert_allclose(median_last(torch.tensor([[1.0, 4.0], [3.0, 1.0]])).numpy(), [2.5, 2.0])
+    with pytest.raises(ValueError, match="with and without"):
+        ensemble_of(actors[:2], [PosteriorEncoder(2 * N_FEATURES + 1, d), None])
 
 
 def test_an_ensemble_of_one_run_plays_as_that_run(tmp_path_factory: pytest.TempPathFactory):
@@ -62,11 +56,48 @@ def test_an_ensemble_of_one_run_plays_as_that_run(tmp_path_factory: pytest.TempP
     assert 0.0 <= result.meta["tuned"]["shield:ensemble:one"]["shield_acted_share"] <= 1.0
 
 
+def test_an_exported_ensemble_is_one_ordinary_model_that_plays_as_the_torch_ensemble(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+):
+    exported = exported_runs(tmp_path_factory)
+    runs = [exported.cbrl_run, exported.cbrl_run, exported.cbrl_run]  # three members, three noise draws
+    out = tmp_path / "ensemble"
+    result = CliRunner().invoke(app, ["export", *[f"--run={r}" for r in runs], "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    artifact = load_artifact(out)
+    single = load_artifact(exported.cbrl_model)
+    assert artifact.card.latent_dim == 3 * single.card.latent_dim
+    assert artifact.card.training.members == [str(r) for r in runs]
+    assert artifact.card.training.controller == single.card.training.controller
+    assert len(artifact.card.evaluation.member_validation_scores) == 3
+    # The ONNX model plays as the torch ensemble rcb evaluate builds (float rounding aside).
+    market = Market.open(exported.market)
+    bidder, _ = load_ensemble_bidder(runs)
+    played = evaluate(market, SETTING, "test", parse_methods(f"onnx:{out}"), seeds=2)
+    days = DaySet.load(market, "test", SETTING)
+    for seed in (0, 1):
+        torch_outcome = play(bidder, days.indexes(1), days.episode_days(), days.registration(), seed)
+        rows = played.episodes[played.episodes["seed"] == seed]
+        np.testing.assert_allclose(rows["delivery"].to_numpy(), torch_outcome.delivery, rtol=2e-2)
+
+
+def test_an_ensemble_refuses_runs_that_do_not_belong_together(tmp_path_factory: pytest.TempPathFactory):
+    exported = exported_runs(tmp_path_factory)
+    with pytest.raises(RunError, match="with and without"):
+        load_ensemble_bidder([exported.cbrl_run, exported.hard_run])
+    with pytest.raises(EvaluationError, match="with and without"):
+        evaluate(
+            Market.open(exported.market),
+            SETTING,
+            "test",
+            parse_methods(f"ensemble:mixed={exported.market.parent}/*"),
+            seeds=1,
+        )
+
+
 def test_the_validation_split_is_the_days_training_held_out(tmp_path_factory: pytest.TempPathFactory):
     """``--split validation`` plays the train days the runs' model selection read (how a run and an ensemble
     are compared without test days)."""
-    from training.dayset import DaySet, split_validation
-
     exported = exported_runs(tmp_path_factory)
     market = Market.open(exported.market)
     result = evaluate(market, SETTING, "validation", parse_methods("pid"), seeds=1)

@@ -28,7 +28,6 @@ from model.contract import Setting
 from model.controller import ControllerGains
 from training.bidders import cem, pid, rm
 from training.bidders.base import Bidder, play
-from training.bidders.ensemble import EnsembleBidder
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import VALIDATION, DaySet, split_validation
@@ -53,7 +52,7 @@ ONNX_PREFIX = "onnx:"
 SHIELD_PREFIX = "shield:"
 """``shield:METHOD`` plays METHOD behind the safety shield (:mod:`model.shield`), as the service can."""
 ENSEMBLE_PREFIX = "ensemble:"
-"""``ensemble:LABEL=GLOB`` plays a group's runs as one bidder (:mod:`training.bidders.ensemble`), once per seed."""
+"""``ensemble:LABEL=GLOB`` plays a group's runs as one bidder (:mod:`training.agents.ensemble`), once per seed."""
 
 Progress = Callable[[str], None]
 
@@ -309,14 +308,7 @@ def evaluate(
                 progress("episodes")
             continue
         if group is not None:  # ensemble:LABEL=GLOB
-            label, runs = group
-            members = [_run_bidder(run_dir, setting) for run_dir in runs]
-            bidder = EnsembleBidder([member for member, _ in members])
-            tuned[method] = {
-                "algo": members[0][1]["algo"],
-                "runs": [str(r) for r in runs],
-                "best_validation_score": [record["best_validation_score"] for _, record in members],
-            }
+            bidder, tuned[method] = _ensemble_bidder(group[1], setting)
         elif method in BASELINES:
             bidder, record = tuned_baseline(market, method, setting, train, progress)
             tuned[method] = {"train_score": record["train_score"], **record["params"]}
@@ -387,6 +379,23 @@ def _run_bidder(run_dir: Path, setting: Setting) -> tuple[Bidder, dict[str, Any]
     if run["setting"] != str(setting):
         raise EvaluationError(f"{run_dir} was trained for {run['setting']}, not {setting}")
     return bidder, {"algo": run["config"]["algo"], "best_validation_score": run.get("best_validation_score")}
+
+
+def _ensemble_bidder(runs: list[Path], setting: Setting) -> tuple[Bidder, dict[str, Any]]:
+    """A group's runs as one bidder (torch; what ``rcb export --run A --run B ...`` writes as one model)."""
+    from training.train import RunError, load_ensemble_bidder
+
+    try:
+        bidder, bodies = load_ensemble_bidder(runs)
+    except RunError as exc:
+        raise EvaluationError(str(exc)) from None
+    if bodies[0]["setting"] != str(setting):
+        raise EvaluationError(f"{runs[0]} was trained for {bodies[0]['setting']}, not {setting}")
+    return bidder, {
+        "algo": bodies[0]["config"]["algo"],
+        "runs": [str(r) for r in runs],
+        "best_validation_score": [b.get("best_validation_score") for b in bodies],
+    }
 
 
 def _model_bidder(method: str, setting: Setting) -> tuple[Bidder, dict[str, Any]]:

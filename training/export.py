@@ -65,7 +65,7 @@ from model.trajectory import prefix_mask, transitions
 from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
 from training.files import atomic_write_text
-from training.train import RUN_FILE, best_bidder, load_best
+from training.train import RUN_FILE, best_bidder, load_best, load_ensemble_bidder
 
 OPSET = 20
 """ONNX opset of both graphs (onnxruntime >= 1.17 runs it); recorded in model.json."""
@@ -252,6 +252,41 @@ def export_run(
     except (KeyError, ValidationError) as exc:
         raise ExportError(f"{run / RUN_FILE}: cannot describe the run in a model card ({exc})") from None
     return export_modules(bidder.policy, bidder.encoder, out, provenance, force, progress, intra_op_threads)
+
+
+def export_ensemble(
+    runs: list[Path], out: Path, force: bool = False, progress: Progress | None = None, intra_op_threads: int = 1
+) -> ModelCard:
+    """Export ``runs``' best actors (and encoders) as one model (:mod:`training.agents.ensemble`): the median
+    of their log-ratios, ``K x`` the latent width; one ordinary artifact the service serves unchanged."""
+    runs = [Path(r) for r in runs]
+    check_destination(Path(out), force)
+    try:  # RunError (a ValueError, passed on) when a run is not finished or the runs do not match
+        bidder, bodies = load_ensemble_bidder(runs)
+    except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as exc:
+        raise ExportError(f"{', '.join(map(str, runs))}: cannot load the best actors ({exc})") from None
+    saved, body = load_best(runs[0])
+    try:
+        first = run_provenance(runs[0], body, saved)
+    except (KeyError, ValidationError) as exc:
+        raise ExportError(f"{runs[0] / RUN_FILE}: cannot describe the run in a model card ({exc})") from None
+    scores = [b.get("best_validation_score") for b in bodies]
+    training = first.training.model_copy(
+        update={"members": [str(r) for r in runs], "config": {**first.training.config, "ensemble": len(runs)}}
+    )
+    provenance = Provenance(
+        algorithm=first.algorithm,
+        setting=first.setting,
+        source_run=",".join(str(r) for r in runs),
+        training=training,
+        evaluation=EvaluationInfo(
+            metric="members' own best validation scores (held-out train days); the ensemble's: evaluation.measured",
+            best_validation_score=None,
+            member_validation_scores=scores,
+        ),
+    )
+    actor, encoder = bidder.policy, bidder.encoder
+    return export_modules(actor, encoder, out, provenance, force, progress, intra_op_threads)  # type: ignore[arg-type]
 
 
 def export_modules(

@@ -163,6 +163,26 @@ def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:
     return best_bidder(saved), body
 
 
+def load_ensemble_bidder(runs: list[Path]) -> tuple[PolicyBidder, list[dict[str, Any]]]:
+    """The runs' best actors as one deterministic bidder (:mod:`training.agents.ensemble`) and their run bodies.
+
+    The runs must share the setting and the train data (the same market's train split)."""
+    from training.agents.ensemble import ensemble_of
+
+    if not runs:
+        raise RunError("an ensemble needs at least one run")
+    members = [load_run_bidder(Path(run)) for run in runs]
+    bodies = [body for _, body in members]
+    for what in ("setting", "data_fingerprint"):
+        if len({str(body.get(what)) for body in bodies}) != 1:
+            raise RunError(f"the ensemble's runs differ in {what}: {', '.join(str(r) for r in runs)}")
+    try:
+        actor, encoder = ensemble_of([m.policy for m, _ in members], [m.encoder for m, _ in members])
+    except ValueError as exc:
+        raise RunError(f"{', '.join(str(r) for r in runs)}: {exc}") from None
+    return PolicyBidder(actor, stochastic=False, encoder=encoder), bodies  # type: ignore[arg-type]
+
+
 def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
     """The deterministic bidder of a loaded ``best.pt``."""
     config = saved["config"]

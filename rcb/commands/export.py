@@ -21,22 +21,30 @@ def _steps(run: Path) -> int:
 
 
 def export_command(
-    run: Annotated[Path, typer.Option("--run", help="Training run directory (rcb train --out RUN).")],
+    runs: Annotated[
+        list[Path],
+        typer.Option(
+            "--run",
+            help="Training run directory (rcb train --out RUN). Repeat it to export several runs of one market and"
+            " setting as one ensemble model (the median of their log-ratios).",
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite a model artifact already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print the export summary as JSON.")] = False,
 ) -> None:
     """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch."""
-    from training.export import ExportError, check_destination, export_run
+    from training.export import ExportError, check_destination, export_ensemble, export_run
     from training.train import RunError
 
     with user_errors():
         try:
             check_output_dir(out)
             check_destination(out, force)
-            if not (run / "run.json").is_file() or not (run / "best.pt").is_file():
-                raise RunError(f"{run}: not a finished training run (no run.json or best.pt)")
-            total = _steps(run)
+            for run in runs:
+                if not (run / "run.json").is_file() or not (run / "best.pt").is_file():
+                    raise RunError(f"{run}: not a finished training run (no run.json or best.pt)")
+            total = _steps(runs[0])
             with progress(quiet=json) as bar:
                 task = bar.add_task("exporting: loading the run", total=total)
 
@@ -44,7 +52,10 @@ def export_command(
                     done = {"policy.onnx": 0, "encoder.onnx": 1, "parity": total - 1}.get(name)
                     bar.update(task, description=f"exporting: {name}", completed=done)
 
-                card = export_run(run, out, force=force, progress=step)
+                if len(runs) == 1:
+                    card = export_run(runs[0], out, force=force, progress=step)
+                else:
+                    card = export_ensemble(runs, out, force=force, progress=step)
                 bar.update(task, description="exporting: done", completed=total)
         except (RunError, ExportError) as exc:
             raise fail(str(exc)) from None
@@ -59,6 +70,7 @@ def export_command(
         "opset": card.opset,
         "parity": card.parity,
         "best_validation_score": card.evaluation.best_validation_score,
+        "members": card.training.members,
     }
     if json:
         print_json(summary)
