@@ -11,7 +11,8 @@
 #   bash scripts/build_default_model.sh                                   # trains seed 0 (~8 min on 2 cores)
 #   RUN=runs/bench/mc/cbrl-s0 bash scripts/build_default_model.sh         # export a finished run
 #   RUNS='runs/suite/bench/mc/cbrl-s*' MARKET=data/suite/bench bash scripts/build_default_model.sh
-#                                   # the finished run with the best validation score (held-out train days)
+#       # model selection on validation days (held-out train days): the run with the best validation
+#       # score, or the ensemble of all RUNS if it scores higher there (rcb evaluate --split validation)
 #
 # (scripts/results.sh and scripts/suite.sh train runs of exactly that config.) Scratch files land in $WORK.
 set -euo pipefail
@@ -39,7 +40,19 @@ print(max(runs, key=scores.get))
 print("validation scores: " + ", ".join(f"{r} {s:.3f}" for r, s in scores.items()), file=sys.stderr)
 EOF
 )
-  echo "selected $RUN (best validation score)"
+  echo "best single run: $RUN (best validation score)"
+  # The single best run or the ensemble of all RUNS: whichever scores higher on the validation days.
+  rcb evaluate "$MARKET" --setting mc --split validation --seeds 5 --methods "$RUN,ensemble:all=$RUNS" \
+    --out "$WORK/selection" > /dev/null
+  CHOICE=$(.venv/bin/python - "$WORK/selection/summary.json" "$RUN" <<'EOF'
+import json, sys
+summary, run = json.load(open(sys.argv[1])), sys.argv[2]
+single, ensemble = summary[run]["ans_median"], summary["ensemble:all"]["ans_median"]
+print("ensemble" if ensemble > single else "single")
+print(f"validation ANS (median over 5 seeds): best single run {single:.3f}, ensemble {ensemble:.3f}", file=sys.stderr)
+EOF
+)
+  echo "selected on validation days: $CHOICE"
 fi
 if [ -n "${RUN:-}" ]; then
   finished "$RUN" || { echo "error: $RUN is not a finished training run" >&2; exit 2; }
@@ -50,8 +63,15 @@ else
     rcb train --data "$MARKET" --out "$RUN" "${TRAIN_ARGS[@]}"
   fi
 fi
-rcb export --run "$RUN" --out "$MODEL" --force
-rcb evaluate "$MARKET" --setting mc --split test --methods "$RUN,onnx:$MODEL" --seeds 1 \
+if [ "${CHOICE:-single}" = ensemble ]; then
+  mapfile -t MEMBERS < <(.venv/bin/python -c "import glob, sys; print('\n'.join(sorted(glob.glob(sys.argv[1]))))" "$RUNS")
+  rcb export "${MEMBERS[@]/#/--run=}" --out "$MODEL" --force
+  REPLAYED="ensemble:all=$RUNS"
+else
+  rcb export --run "$RUN" --out "$MODEL" --force
+  REPLAYED="$RUN"
+fi
+rcb evaluate "$MARKET" --setting mc --split test --methods "$REPLAYED,onnx:$MODEL" --seeds 1 \
   --out "$WORK/evaluate" > /dev/null
 .venv/bin/python - "$WORK/evaluate/episodes.csv" <<'EOF'
 import sys
