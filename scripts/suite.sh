@@ -95,5 +95,5 @@ mkdir -p "$OUT"
 } | xargs -P "$JOBS" -L 1 bash -c 'evaluate_one "$@"' _
 
 # 4. The per-market table.
-.venv/bin/python -m training.suite_report "$OUT" > "$OUT/SUITE.md"
+.venv/bin/python -m training.suite_report "$OUT" --plot "$OUT/suite.png" > "$OUT/SUITE.md"
 cat "$OUT/SUITE.md"

@@ -46,6 +46,8 @@ def test_table_has_a_row_per_market_setting_and_split(tmp_path: Path):
     assert "| bench | MC | test | 30 | 2 |" in text and "| sparse | MC | ood | 30 | 2 |" in text
     assert text.count("| met |") == 2
     assert main([str(tmp_path / "missing")]) == 2
+    assert main([str(tmp_path), "--plot", str(tmp_path / "suite.png")]) == 0
+    assert (tmp_path / "suite.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_presets_differ_from_the_benchmark_in_what_they_say():

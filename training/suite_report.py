@@ -1,6 +1,6 @@
 """The market suite's per-market table (``scripts/suite.sh``): CBRL and the shield against PID on every market.
 
-``python -m training.suite_report OUT`` reads ``OUT/<market>/<setting>-<split>/summary.json`` (written by
+``python -m training.suite_report OUT [--plot PNG]`` reads ``OUT/<market>/<setting>-<split>/summary.json`` (written by
 ``rcb evaluate``) and prints one Markdown row per (market, setting, split) with the issue's two bars:
 
 * **CBRL first**: median ANS over training seeds >= PID's + 0.03, with mean CSR >= PID's;
@@ -121,15 +121,59 @@ def table(root: Path) -> str:
     return "\n".join(["# Market suite", "", *lines, "", legend, ""])
 
 
+PLOTTED = ("pid", "cbrl", "shield:cbrl", "ensemble:cbrl", "shield:ensemble:cbrl")
+"""The methods :func:`plot` draws, in this order."""
+
+
+def plot(root: Path, png: Path) -> None:
+    """ANS (top) and CSR (bottom) per market, one panel per (setting, split) of test and OOD, a bar per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for path in sorted(root.glob("*/*-*/summary.json")):
+        setting, split = path.parent.name.split("-", 1)
+        if split in ("test", "ood"):
+            found.setdefault(f"{setting.upper()} {split}", {})[path.parent.parent.name] = json.loads(path.read_text())
+    if not found:
+        raise ValueError(f"{root}: no test or OOD summary.json to plot")
+    panels = sorted(found)
+    fig, axes = plt.subplots(2, len(panels), figsize=(5.5 * len(panels), 6.5), squeeze=False)
+    width = 0.8 / len(PLOTTED)
+    for col, panel in enumerate(panels):
+        markets = sorted(found[panel])
+        for row, (metric, label) in enumerate((("ans_median", "ANS (median over seeds)"), ("csr", "CSR (mean)"))):
+            ax = axes[row][col]
+            for k, method in enumerate(PLOTTED):
+                values = [found[panel][m].get(method, {}).get(metric, float("nan")) for m in markets]
+                ax.bar(
+                    [i + (k - (len(PLOTTED) - 1) / 2) * width for i in range(len(markets))], values, width, label=method
+                )
+            ax.set_xticks(range(len(markets)), markets, rotation=20)
+            ax.set_ylim(0, 1.05)
+            ax.set_ylabel(label)
+            if row == 0:
+                ax.set_title(panel)
+    axes[0][0].legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m training.suite_report OUT_DIR", file=sys.stderr)
+    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--plot"):
+        print("usage: python -m training.suite_report OUT_DIR [--plot PNG]", file=sys.stderr)
         return 2
     root = Path(argv[0])
     if not root.is_dir():
         print(f"{root}: no such directory (run scripts/suite.sh first)", file=sys.stderr)
         return 2
     print(table(root))
+    if len(argv) == 3:
+        plot(root, Path(argv[2]))
     return 0
 
 
