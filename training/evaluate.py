@@ -267,12 +267,12 @@ def evaluate(
         raise EvaluationError(f"{market.root}: split {split!r} has no days")
     if any(m in BASELINES for m in methods) and not market.split("train"):
         raise EvaluationError(f"{market.root}: baselines are tuned on the train split, which has no days")
+    train_cache: list[DaySet] = []
     if split == VALIDATION:  # the train days training held out for model selection
-        full_train = DaySet.load(market, "train", setting, progress=progress)
-        days = full_train.subset(split_validation(full_train)[1])
+        train_cache.append(DaySet.load(market, "train", setting, progress=progress))
+        days = train_cache[0].subset(split_validation(train_cache[0])[1])
     else:
         days = DaySet.load(market, split, setting, progress=progress)
-    train_cache: list[DaySet] = [full_train] if split == VALIDATION else []
 
     def train() -> DaySet:
         if not train_cache:

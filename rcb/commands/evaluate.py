@@ -34,11 +34,11 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
     """Each method's setting matches ``setting`` (cards and run records only: nothing heavy is loaded).
 
     Returns how many times each method plays the split, for the progress bar's total: a run group once
-    per run, every other method once per seed (-1 here). Raises ValueError naming the first method
-    that cannot be played.
+    per run, every other method (an ensemble of runs included) once per seed (-1 here). Raises ValueError
+    naming the first method that cannot be played.
     """
     from model.artifact import ArtifactError, read_card
-    from training.evaluate import ONNX_PREFIX, is_run_dir, run_group, unshielded
+    from training.evaluate import ENSEMBLE_PREFIX, ONNX_PREFIX, is_run_dir, run_group, unshielded
 
     plays: dict[str, int] = {}
     for listed in methods:
@@ -50,7 +50,7 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
                 trained = _run_record(run)[0]
                 if trained != setting.value:
                     raise ValueError(f"{run} (in {label}) was trained for {trained}, not {setting.value}")
-            plays[listed] = len(runs)
+            plays[listed] = -1 if method.startswith(ENSEMBLE_PREFIX) else len(runs)  # an ensemble: once per seed
         elif method.startswith(ONNX_PREFIX):
             try:
                 card = read_card(Path(method[len(ONNX_PREFIX) :]))
