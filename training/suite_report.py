@@ -156,8 +156,9 @@ def plot(root: Path, png: Path) -> None:
             ax.set_ylabel(label)
             if row == 0:
                 ax.set_title(panel)
-    axes[0][0].legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(PLOTTED), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)
