@@ -12,7 +12,8 @@
 # the best validation score of a seed-0 run (held-out train days, never test or OOD); the chosen run
 # is the method's seed 0. Baselines: tuned on the train days
 # (tuning seed 0), evaluated with seeds 0..4. Hand-written: docs/results-discussion.md (what the
-# tables say) and docs/results-tuning.md (how the defaults were chosen).
+# tables say), docs/results-tuning.md (how the defaults were chosen) and docs/results-updates.md (the later
+# reruns and the market suite, newest first; kept above the regenerated tables).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -25,9 +26,10 @@ USCB_GAMMAS="${USCB_GAMMAS:-2 3 10}"
 RCPO_RATES="${RCPO_RATES:-0.1 1 5}"
 FIGURES="${FIGURES:-docs/results}"   # committed figures RESULTS.md shows
 TRAIN_ARGS="${TRAIN_ARGS:-}"   # extra `rcb train` options for every run (empty: the defaults)
+CONSTRAINTS="${CONSTRAINTS:-prior}"   # MC constraint recipe of a generated market; the tables below the updates used paper
 export MARKET RUNS TRAIN_ARGS
 if [ ! -f "$MARKET/manifest.json" ]; then
-  .venv/bin/rcb market generate --out "$MARKET" --seed 0
+  .venv/bin/rcb market generate --out "$MARKET" --seed 0 --constraints "$CONSTRAINTS"
 fi
 
 # One training run per line "SETTING ALGO SEED OUT [rcb train args]", on $MARKET (scripts/train_one.sh).
@@ -119,6 +121,7 @@ EOF
   echo "are hindsight reference rows, not bidders. Plots and per-episode CSVs: \`$OUT/<setting>-<split>/\`."
   echo "Machine: $(.venv/bin/python -c 'import benchmarks.machine as m; print(m.describe_machine())' 2>/dev/null || uname -srm)."
   echo
+  [ -f docs/results-updates.md ] && cat docs/results-updates.md && echo   # hand-written, newest first
   [ -f docs/results-discussion.md ] && cat docs/results-discussion.md
   for setting in sc mc; do
     for split in test ood; do
