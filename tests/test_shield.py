@@ -56,15 +56,15 @@ def test_a_ratio_inside_the_band_is_left_alone():
 
 def test_the_band_narrows_as_the_roi_or_the_budget_comes_under_threat():
     gains, config = ControllerGains(), ShieldConfig()
-    threats = [threat_level(history_with(roi=roi), gains, config)[0] for roi in (2.0, 1.1, 1.05, 1.0, 0.85, 0.5)]
-    assert threats[0] == threats[1] == 0.0 and threats[-3] == threats[-2] == threats[-1] == 1.0  # full at ROI = L
-    assert all(a <= b for a, b in itertools.pairwise(threats)) and 0 < threats[2] < 1
-    # A looser alarm keeps some room below the target.
-    assert 0 < threat_level(history_with(roi=0.85), gains, ShieldConfig(roi_alarm=0.3))[0] < 1
+    threats = [threat_level(history_with(roi=roi), gains, config)[0] for roi in (2.0, 1.1, 1.0, 0.85, 0.7, 0.5)]
+    assert threats[0] == threats[1] == 0.0 and threats[-2] == threats[-1] == 1.0
+    assert all(a <= b for a, b in itertools.pairwise(threats)) and 0 < threats[3] < 1
+    # An alarm at the target itself: full threat from ROI = L down.
+    assert threat_level(history_with(roi=1.0), gains, ShieldConfig(roi_alarm=0.0))[0] == 1.0
     with pytest.raises(ValueError, match="roi_slack"):
         ShieldConfig(roi_slack=0.0, roi_alarm=0.0)
     # The band's half-width follows the threat (where the controller's ratio leaves room on both sides).
-    out = shield(history_with(roi=1.05), np.array([1.0]), gains, config)
+    out = shield(history_with(roi=0.85), np.array([1.0]), gains, config)
     expected = config.wide * (1 - out.threat[0]) + config.tight * out.threat[0]
     assert np.log(out.high[0] / out.low[0]) / 2 == pytest.approx(expected)
     # Budget: 10 of 48 slots in, 100 of a 120 budget spent (83% vs ~21% planned): full threat.
