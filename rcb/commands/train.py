@@ -73,7 +73,7 @@ def train_command(
             help="hard (sparse indicator reward), crl (curriculum), cbrl (curriculum + posterior encoder),"
             " uscb (gamma^violation penalty) or rcpo (Lagrangian).",
         ),
-    ] = "crl",
+    ] = "cbrl",
     epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="Training epochs.")] = _default("epochs"),
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds networks, collection and sampling.")] = 0,
     uscb_gamma: Annotated[
