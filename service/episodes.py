@@ -31,9 +31,9 @@ back to bids between chunks; only _CHUNK_WITH_BIDS while bids flow (a chunk of 2
 bid step waits for the chunk running)."""
 _CHUNK_WITH_BIDS = 16
 _BID_PRIORITY_S = 0.002
+"""Longest a batch waits between two chunks for the bids in flight to finish."""
 _BACKGROUND_CHUNK = 128
 """Campaigns per model call on the batch thread (nice 19): the bids' thread preempts it, so chunks need not be tiny."""
-"""Longest a batch waits between two chunks for the bids in flight to finish."""
 
 
 def decode(campaign: str, stored: Stored) -> CampaignState:
@@ -316,9 +316,9 @@ class Episodes:
         results: list[BatchItem | None],
         pending: list[tuple[int, CampaignState]],
     ) -> None:
-        """Chunk by chunk: decide (one model call, on the event loop), write in one pipelined round trip, answer;
-        the bids in flight go first between chunks. The model runs here, not in a thread: on the one core of a
-        worker a thread only takes CPU from the loop (and the GIL in 5 ms slices), where chunks let bids first."""
+        """Chunk by chunk: decide (one model call on the nice-19 batch thread:
+        :meth:`ModelRunner.decide_in_background`), write in one pipelined round trip, answer; the bids in flight
+        go first between chunks."""
         for start, stop in self._background_spans(len(pending)):
             part = pending[start:stop]
             async with self._lane:
