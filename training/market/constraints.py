@@ -104,15 +104,19 @@ def curve_of(index: DayIndex) -> DayCurve:
     return DayCurve(delivery=delivery, cost=cost)
 
 
+def _feasible(curve: DayCurve, roi_target: float) -> np.ndarray:
+    """Per ratio of the grid: reaches ROI >= ``roi_target`` over the day with positive delivery."""
+    return (model.roi.roi(curve.delivery, curve.cost) >= roi_target) & (curve.delivery > 0)
+
+
 def roi_reachable(curve: DayCurve, roi_target: float) -> bool:
     """Whether a constant ratio reaches ROI >= ``roi_target`` with positive delivery over the day."""
-    feasible = (model.roi.roi(curve.delivery, curve.cost) >= roi_target) & (curve.delivery > 0)
-    return bool(feasible.any())
+    return bool(_feasible(curve, roi_target).any())
 
 
 def constant_ratio_spend(curve: DayCurve, roi_target: float) -> float:
     """Spend of the constant ratio that delivers the most over the day with ROI >= ``roi_target`` (0 if none)."""
-    feasible = (model.roi.roi(curve.delivery, curve.cost) >= roi_target) & (curve.delivery > 0)
+    feasible = _feasible(curve, roi_target)
     if not feasible.any():
         return 0.0
     best = np.flatnonzero(feasible)[np.argmax(curve.delivery[feasible])]
@@ -150,22 +154,17 @@ def draw_paper_constraints(
 ) -> DayConstraints:
     """The ``paper`` recipe for one day (reads the day's hindsight; see the module docstring)."""
     curve = curve_of(index)
-    roi = model.roi.roi(curve.delivery, curve.cost)
     roi_target, fraction = _draws(rng, recipe)
-    feasible = (roi >= roi_target) & (curve.delivery > 0)
-    if not feasible.any():
-        meaningful = (curve.cost >= 0.05 * curve.cost[-1]) & (curve.delivery > 0)
+    if not roi_reachable(curve, roi_target):
+        roi = model.roi.roi(curve.delivery, curve.cost)
         positive = curve.delivery > 0
+        meaningful = (curve.cost >= 0.05 * curve.cost[-1]) & positive
         best = float(np.max(roi[meaningful])) if meaningful.any() else float(np.max(roi[positive], initial=1.0))
         roi_target = 0.9 * best
-        feasible = (roi >= roi_target) & (curve.delivery > 0)
     spend_at_target = slot_oracle(index, roi_target).cost
     if spend_at_target <= 0:  # nothing worth buying at this target: any positive budget is slack
-        spend_at_target = (
-            float(curve.cost[feasible][np.argmax(curve.delivery[feasible])])
-            if feasible.any()
-            else float(curve.cost[-1])
-        )
+        reachable = roi_reachable(curve, roi_target)
+        spend_at_target = constant_ratio_spend(curve, roi_target) if reachable else float(curve.cost[-1])
     roi_target = round(roi_target, 6)
     return DayConstraints(
         roi_target=roi_target,
