@@ -361,6 +361,7 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
     if best_score is None and at_best:
         best_score = at_best.get("validation_score")
     config = body.get("config", saved.get("config", {}))
+    profile, controller = _train_days_reference(body)
     jsonable = lambda x: json.loads(json.dumps(x, default=str))  # noqa: E731 - tuples, paths -> JSON types
     return Provenance(
         algorithm=str(config.get("algo", "unknown")),
@@ -373,8 +374,8 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
             epoch=None if epoch is None else int(epoch),
             epochs=len(history),
             config=jsonable(config),
-            traffic_profile=_traffic_profile(body),
-            controller=_controller_gains(body),
+            traffic_profile=profile,
+            controller=controller,
         ),
         evaluation=EvaluationInfo(
             best_validation_score=best_score,
@@ -418,36 +419,30 @@ def record_figures(model_dir: Path, measured: dict[str, Any]) -> ModelCard:
     return updated
 
 
-def _controller_gains(body: dict[str, Any]) -> dict[str, float] | None:
-    """The PID baseline tuned on the run's train days (``rcb evaluate``'s tuning, cached beside the market),
-    or None if the run's market is not here: the shield's reference controller for this model."""
+def _train_days_reference(body: dict[str, Any]) -> tuple[tuple[float, ...] | None, dict[str, float] | None]:
+    """The shield's and the fallback controller's reference, from the run's train days (the market opened once):
+    their mean share of auctions per slot (logs only) and the PID baseline tuned there (``rcb evaluate``'s tuning,
+    cached beside the market). ``None`` for what cannot be had here (the run's market is not on this machine)."""
     from model.controller import ControllerGains
-    from training.dayset import DaySet
+    from training.dayset import DaySet, traffic_profile
     from training.evaluate import tuned_baseline
     from training.market.dataset import Market, MarketError
 
     try:
         market = Market.open(Path(str(body.get("market", ""))))
-        if not market.split("train"):
-            return None
+        train = market.split("train")
+    except (MarketError, OSError, ValueError):
+        return None, None
+    if not train:
+        return None, None
+    profile: tuple[float, ...] | None
+    try:
+        profile = tuple(round(float(x), 8) for x in traffic_profile([market.load(e.day) for e in train]))
+    except (MarketError, OSError, ValueError):
+        profile = None
+    try:
         setting = Setting(body["setting"])
         pid, _ = tuned_baseline(market, "pid", setting, lambda: DaySet.load(market, "train", setting))
     except (MarketError, OSError, ValueError, KeyError):
-        return None
-    return ControllerGains.with_profile(None, pid.params()).tuned()
-
-
-def _traffic_profile(body: dict[str, Any]) -> tuple[float, ...] | None:
-    """The train days' mean share of auctions per slot (logs only), or None if the run's market is not here."""
-    from training.dayset import traffic_profile
-    from training.market.dataset import Market, MarketError
-
-    try:
-        market = Market.open(Path(str(body.get("market", ""))))
-        train = market.split("train")
-        if not train:
-            return None
-        profile = traffic_profile([market.load(e.day) for e in train])
-    except (MarketError, OSError, ValueError):
-        return None
-    return tuple(round(float(x), 8) for x in profile)
+        return profile, None
+    return profile, ControllerGains.with_profile(None, pid.params()).tuned()
