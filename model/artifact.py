@@ -31,6 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
+from model.controller import ControllerGains
 from model.features import FEATURES
 from model.history import SLOT_STATS
 from model.sampling import sample_posterior
@@ -401,6 +402,11 @@ class Artifact:
     @property
     def bayesian(self) -> bool:
         return self.card.bayesian
+
+    def controller_gains(self) -> ControllerGains:
+        """The safety shield's and the fallback controller's reference: the PID gains and traffic profile of the
+        model's train days where the card has them, else the defaults (what the service and ``shield:onnx:`` run)."""
+        return ControllerGains.with_profile(self.card.training.traffic_profile, self.card.training.controller)
 
     @property
     def latent_dim(self) -> int:

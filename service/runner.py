@@ -79,7 +79,8 @@ class ModelRunner:
         self.use_shield = use_shield
         self.shield_config = ShieldConfig()
         self.gains = ControllerGains()
-        """The controller behind the shield and the fallback: default gains, the card's traffic profile."""
+        """The controller behind the shield and the fallback: the card's gains and traffic profile (defaults where
+        the card has none; :meth:`model.artifact.Artifact.controller_gains`)."""
         self._lock = threading.Lock()
         self.policy: Policy | None = None
         self.version: str = FALLBACK_VERSION
@@ -104,7 +105,7 @@ class ModelRunner:
                     self.load_error = str(exc)
             raise
         policy, version = Policy(artifact), model_version(artifact)
-        gains = controller_gains(artifact)
+        gains = artifact.controller_gains()
         with self._lock:
             self.policy, self.version, self.model_dir, self.load_error = policy, version, directory, None
             self.gains = gains
@@ -191,11 +192,6 @@ def _by_slot(states: Sequence[CampaignState]) -> list[list[int]]:
     for i, s in enumerate(states):
         by_slot.setdefault(s.slot, []).append(i)
     return list(by_slot.values())
-
-
-def controller_gains(artifact: Artifact) -> ControllerGains:
-    """The PID gains and traffic profile of the model's training days, where the card has them (else defaults)."""
-    return ControllerGains.with_profile(artifact.card.training.traffic_profile, artifact.card.training.controller)
 
 
 _BACKGROUND: ThreadPoolExecutor | None = None

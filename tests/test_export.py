@@ -93,7 +93,7 @@ def test_the_card_carries_the_pid_tuned_on_the_train_days(exported: Exported):
     """The shield's reference controller fits the market the model was trained on: the card holds the PID
     baseline tuned on the run's train days (rcb evaluate's tuning, shared through its cache)."""
     from model.controller import GAIN_FIELDS
-    from service.runner import controller_gains
+    from service.runner import ModelRunner
     from training.dayset import DaySet
     from training.evaluate import tuned_baseline
     from training.market.dataset import Market
@@ -102,7 +102,9 @@ def test_the_card_carries_the_pid_tuned_on_the_train_days(exported: Exported):
     market = Market.open(exported.market)
     pid, _ = tuned_baseline(market, "pid", SETTING, lambda: DaySet.load(market, "train", SETTING))
     assert card.training.controller == {k: pid.params()[k] for k in GAIN_FIELDS}
-    gains = controller_gains(load_artifact(exported.cbrl_model))  # what the service runs
+    runner = ModelRunner(exported.cbrl_model, use_shield=True)
+    runner.load()
+    gains = runner.gains  # what the service runs
     assert gains.tuned() == card.training.controller
     assert list(gains.traffic_profile) == list(card.training.traffic_profile)
 

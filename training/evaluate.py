@@ -279,15 +279,18 @@ def evaluate(
             train_cache.append(days if split == "train" else DaySet.load(market, "train", setting, progress=progress))
         return train_cache[0]
 
+    market_gains: list[ControllerGains] = []
+
     def shielded_by(inner: Bidder) -> ShieldedBidder:
         """The service's shield: an exported model's card (gains, profile), as the service reads it; else (a
-        training run of this market) what its export would write: the PID tuned on this market's train days."""
+        training run of this market) what its export would write: the PID tuned on this market's train days
+        (read once per evaluation)."""
         if isinstance(inner, OnnxBidder):
-            card = inner.artifact.card.training
-            return ShieldedBidder(inner, ControllerGains.with_profile(card.traffic_profile, card.controller))
-        pid_bidder, _ = tuned_baseline(market, "pid", setting, train, progress)
-        tuned = pid_bidder.params()
-        return ShieldedBidder(inner, ControllerGains.with_profile(tuned["traffic_profile"], tuned))
+            return ShieldedBidder(inner, inner.artifact.controller_gains())
+        if not market_gains:
+            params = tuned_baseline(market, "pid", setting, train, progress)[0].params()
+            market_gains.append(ControllerGains.with_profile(params["traffic_profile"], params))
+        return ShieldedBidder(inner, market_gains[0])
 
     frames, tuned = [], {}
     for listed in methods:
