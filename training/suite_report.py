@@ -26,6 +26,33 @@ def _cell(row: dict[str, Any] | None) -> str:
     return f"{row['ans_median']:.3f} ({row['csr']:.2f})"
 
 
+METHOD_COLUMNS = (
+    ("RM", "rm"),
+    ("PID", "pid"),
+    ("CEM", "cem"),
+    ("CBRL", "cbrl"),
+    ("shield:CBRL", "shield:cbrl"),
+    ("CBRL ensemble", "ensemble:cbrl"),
+    ("shield:ensemble", "shield:ensemble:cbrl"),
+)
+"""The table's method columns: header, and the method's label in ``summary.json``."""
+VERDICT_COLUMNS = (
+    ("CBRL >= PID + 0.03, CSR >= PID's", "cbrl_first"),
+    ("ensemble >= PID + 0.03, CSR >= PID's", "ensemble_first"),
+    ("shield CSR >= PID's - 0.05", "shield_bound"),
+)
+"""The table's verdict columns: header, and the key of :func:`verdicts`."""
+
+
+def summaries(root: Path) -> list[tuple[str, str, str, dict[str, dict[str, Any]]]]:
+    """``(market, setting, split, summary)`` of every ``root/<market>/<setting>-<split>/summary.json``, sorted."""
+    found = []
+    for path in sorted(root.glob("*/*-*/summary.json")):
+        setting, split = path.parent.name.split("-", 1)
+        found.append((path.parent.parent.name, setting, split, json.loads(path.read_text())))
+    return found
+
+
 def _model_rows(summary: dict[str, dict[str, Any]], shielded: bool) -> dict[str, Any] | None:
     """The shipped model's row (``onnx:...``), shielded or not."""
     for method, row in summary.items():
@@ -68,23 +95,17 @@ def table(root: Path) -> str:
         "split",
         "days",
         "D*=0 days",
-        "RM",
-        "PID",
-        "CEM",
-        "CBRL",
-        "shield:CBRL",
-        "CBRL ensemble",
-        "shield:ensemble",
+        *(name for name, _ in METHOD_COLUMNS),
         "default model",
         "shield:default",
-        "CBRL >= PID + 0.03, CSR >= PID's",
-        "ensemble >= PID + 0.03, CSR >= PID's",
-        "shield CSR >= PID's - 0.05",
+        *(name for name, _ in VERDICT_COLUMNS),
     ]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] * 3 + ["---:"] * 11 + [":---"] * 3) + "|"]
-    for path in sorted(root.glob("*/*-*/summary.json")):
-        market, (setting, split) = path.parent.parent.name, path.parent.name.split("-", 1)
-        summary = json.loads(path.read_text())
+    numeric = len(header) - 3 - len(VERDICT_COLUMNS)
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join([":---"] * 3 + ["---:"] * numeric + [":---"] * len(VERDICT_COLUMNS)) + "|",
+    ]
+    for market, setting, split, summary in summaries(root):
         counted = summary.get("pid") or next(iter(summary.values()))
         seeds = max(int(counted.get("n_seeds", 1)), 1)
         days = int(counted["n_episodes"]) // seeds
@@ -96,18 +117,10 @@ def table(root: Path) -> str:
             split,
             str(days),
             str(zero),
-            _cell(summary.get("rm")),
-            _cell(summary.get("pid")),
-            _cell(summary.get("cem")),
-            _cell(summary.get("cbrl")),
-            _cell(summary.get("shield:cbrl")),
-            _cell(summary.get("ensemble:cbrl")),
-            _cell(summary.get("shield:ensemble:cbrl")),
+            *(_cell(summary.get(method)) for _, method in METHOD_COLUMNS),
             _cell(_model_rows(summary, shielded=False)),
             _cell(_model_rows(summary, shielded=True)),
-            verdict["cbrl_first"],
-            verdict["ensemble_first"],
-            verdict["shield_bound"],
+            *(verdict[key] for _, key in VERDICT_COLUMNS),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     legend = (
@@ -133,10 +146,9 @@ def plot(root: Path, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     found: dict[str, dict[str, dict[str, Any]]] = {}
-    for path in sorted(root.glob("*/*-*/summary.json")):
-        setting, split = path.parent.name.split("-", 1)
+    for market, setting, split, summary in summaries(root):
         if split in ("test", "ood"):
-            found.setdefault(f"{setting.upper()} {split}", {})[path.parent.parent.name] = json.loads(path.read_text())
+            found.setdefault(f"{setting.upper()} {split}", {})[market] = summary
     if not found:
         raise ValueError(f"{root}: no test or OOD summary.json to plot")
     panels = sorted(found)
