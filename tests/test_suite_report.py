@@ -67,9 +67,12 @@ def test_presets_differ_from_the_benchmark_in_what_they_say():
 
 
 def test_cli_offers_exactly_the_suite_presets(tmp_path: Path):
+    from rcb.commands.common import ConstraintRecipeName
     from rcb.commands.market import PRESET_NAMES
+    from training.market.constraints import RECIPES
 
     assert tuple(PRESETS) == PRESET_NAMES
+    assert tuple(ConstraintRecipeName) == RECIPES  # the CLI's choices are the recipes, spelled without importing them
     result = CliRunner().invoke(app, ["market", "generate", "--preset", "lunar", "--out", str(tmp_path / "m")])
     assert result.exit_code == 2 and "lunar" in result.output and "sparse" in result.output
     assert not (tmp_path / "m").exists()

@@ -122,7 +122,8 @@ def progress(quiet: bool = False) -> Progress:
 
 
 class ConstraintRecipeName(StrEnum):
-    """How MC constraints are drawn where the logs carry none (training/market/constraints.py)."""
+    """How MC constraints are drawn where the logs carry none: ``training.market.constraints.RECIPES``, spelled here
+    so ``rcb --help`` need not import the oracle (a test keeps the two equal)."""
 
     prior = "prior"
     paper = "paper"
