@@ -74,11 +74,13 @@ def main() -> None:
         states = random_states(rng, n, args.slot)
         blobs = [s.to_bytes() for s in states]
         repeats = 200 if n <= 10 else 5
-        prebuilt = states_inputs(states, artifact.latent_dim)
+        prebuilt = states_inputs(states, artifact.latent_dim, policy.controller)
         stateless = policy.decide_states(states).ratio
         assert np.array_equal(stateless, policy.decide_inputs(prebuilt).ratio)
         step = median_ms(lambda states=states: policy.decide_states(states), repeats)
-        rebuild = median_ms(lambda states=states: states_inputs(states, artifact.latent_dim), repeats)
+        rebuild = median_ms(
+            lambda states=states: states_inputs(states, artifact.latent_dim, policy.controller), repeats
+        )
         model = median_ms(lambda prebuilt=prebuilt: policy.decide_inputs(prebuilt), repeats)
         decode = median_ms(lambda blobs=blobs: [CampaignState.from_bytes(b) for b in blobs], repeats)
         rows.append((n, step, rebuild, model, decode, np.mean([len(b) for b in blobs])))

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
 from model.controller import ControllerGains
-from model.features import FEATURES
+from model.features import CONTROLLER_FEATURE, FEATURES, RESIDUAL_FEATURES
 from model.history import SLOT_STATS
 from model.sampling import sample_posterior
 
@@ -211,6 +211,11 @@ class ModelCard(_Strict):
         return self.latent_dim > 0
 
     @property
+    def residual(self) -> bool:
+        """The policy corrects the reference controller's ratio (it reads ``controller_ratio``, last)."""
+        return any(f.name == CONTROLLER_FEATURE.name for f in self.features)
+
+    @property
     def expected_files(self) -> tuple[str, ...]:
         return (POLICY_FILE, ENCODER_FILE) if self.bayesian else (POLICY_FILE,)
 
@@ -231,6 +236,11 @@ class ModelCard(_Strict):
             raise ValueError(f"registration must be {list(REGISTRATION_FIELDS)}, not {list(self.registration)}")
         if self.max_steps != MAX_STEPS:
             raise ValueError(f"max_steps must be {MAX_STEPS} (slots per day), not {self.max_steps}")
+        if self.residual and (self.training.controller is None or self.training.traffic_profile is None):
+            raise ValueError(
+                "a residual model (feature controller_ratio) needs its reference controller on the card: "
+                "training.controller and training.traffic_profile"
+            )
         if sorted(self.files) != sorted(self.expected_files):
             raise ValueError(f"files must list exactly {', '.join(self.expected_files)}; got {', '.join(self.files)}")
         return self
@@ -246,9 +256,11 @@ class ModelCard(_Strict):
         return self.model_dump_json(indent=1)
 
 
-def code_features() -> tuple[FeatureSpec, ...]:
-    """The feature list this code computes (:data:`model.features.FEATURES`), as the card writes it."""
-    return tuple(FeatureSpec(name=f.name, low=f.low, high=f.high) for f in FEATURES)
+def code_features(residual: bool = False) -> tuple[FeatureSpec, ...]:
+    """The feature list this code computes (:data:`model.features.FEATURES`, plus ``controller_ratio`` for a
+    residual model), as the card writes it."""
+    features = RESIDUAL_FEATURES if residual else FEATURES
+    return tuple(FeatureSpec(name=f.name, low=f.low, high=f.high) for f in features)
 
 
 def file_sha256(path: Path) -> str:
@@ -300,8 +312,11 @@ def read_card(directory: Path) -> ModelCard:
 
 
 def check_features(features: tuple[FeatureSpec, ...], where: Path | str) -> None:
-    """The artifact's features must be this code's, same names, order and clip ranges (or it reads garbage)."""
-    ours = code_features()
+    """The artifact's features must be this code's, same names, order and clip ranges (or it reads garbage).
+
+    Two lists are this code's: the base features, and the same plus ``controller_ratio`` (a residual model)."""
+    residual = bool(features) and features[-1].name == CONTROLLER_FEATURE.name
+    ours = code_features(residual)
     if tuple(features) == ours:
         return
     if [f.name for f in features] != [f.name for f in ours]:
@@ -407,6 +422,11 @@ class Artifact:
         """The safety shield's and the fallback controller's reference: the PID gains and traffic profile of the
         model's train days where the card has them, else the defaults (what the service and ``shield:onnx:`` run)."""
         return ControllerGains.with_profile(self.card.training.traffic_profile, self.card.training.controller)
+
+    @property
+    def residual(self) -> bool:
+        """The policy reads the reference controller's ratio (:meth:`controller_gains`) and corrects it."""
+        return self.card.residual
 
     @property
     def latent_dim(self) -> int:

@@ -17,6 +17,7 @@ slots reported so far, so the stateless form bids exactly what the stateful PID 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -97,3 +98,23 @@ def controller_ratios(history: History, gains: ControllerGains | None = None) ->
         budget_log_ratio = log_initial + g.kp_budget * pace[:, -1] + g.ki_budget * pace.sum(axis=1)
         log_ratio = np.where(budgeted, np.minimum(log_ratio, budget_log_ratio), log_ratio)
     return np.clip(np.exp(log_ratio), RATIO_FLOOR, RATIO_MAX)
+
+
+def controller_sequence(history: History, gains: ControllerGains, until: int | None = None) -> np.ndarray:
+    """``(n, until + 1)``: the controller's ratio before each slot ``0..until`` (default: ``history.slot``).
+
+    Column ``k`` is :func:`controller_ratios` of the history's first ``k`` slots, computed the same way (so a
+    residual policy's base ratio and the shield's reference agree bit for bit)."""
+    last = history.slot if until is None else until
+    if not 0 <= last <= history.slot:
+        raise ValueError(f"slot {last} is not observed yet (history has {history.slot} slots)")
+    return np.stack([controller_ratios(prefix(history, k), gains) for k in range(last + 1)], axis=1)
+
+
+def prefix(history: History, slot: int) -> History:
+    """The history as it stood before slot ``slot`` (a view: the arrays are shared, only ``[:, :slot]`` is read)."""
+    if slot == history.slot:
+        return history
+    view = copy.copy(history)  # shallow: the stat arrays are shared, never written
+    view.slot = slot
+    return view

@@ -25,6 +25,17 @@ Features (all clipped to the range listed in :data:`FEATURES`, so training and s
                      intraday price drift, scale-free (0 if nothing was won)
 ``has_budget``       1 when the episode has a budget
 ===================  ==========================================================================
+
+A **residual** model (``rcb train --residual``) reads one more feature, last:
+
+===================  ==========================================================================
+``controller_ratio`` ``c_t / 4``: the ratio the reference controller (:mod:`model.controller`, the PID
+                     tuned on the train days, its gains on the model card) bids in this slot; the
+                     policy's ratio is ``c_t`` times its own correction
+===================  ==========================================================================
+
+It needs the controller's gains, so the functions below take them (``controller``); without them they
+compute the base features only.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
+from model.controller import ControllerGains, controller_ratios, controller_sequence, prefix
 from model.history import History
 from model.roi import roi
 
@@ -57,23 +69,44 @@ FEATURES: tuple[Feature, ...] = (
 )
 """Names, order and clip ranges: part of the model artifact contract (SPEC 5)."""
 
+CONTROLLER_FEATURE = Feature("controller_ratio", 0.0, 1.0)
+"""The residual models' extra feature, after :data:`FEATURES` (a ratio in [0.01, 4] over 4 never clips)."""
+RESIDUAL_FEATURES: tuple[Feature, ...] = (*FEATURES, CONTROLLER_FEATURE)
+CONTROLLER_INDEX = len(FEATURES)
+"""Where a residual model's observation holds ``c_t / 4``."""
+
 FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in FEATURES)
 N_FEATURES = len(FEATURES)
 _LOW = np.array([f.low for f in FEATURES])
 _HIGH = np.array([f.high for f in FEATURES])
 
 
+def feature_set(residual: bool) -> tuple[Feature, ...]:
+    """The features a model reads: :data:`FEATURES`, plus ``controller_ratio`` for a residual one."""
+    return RESIDUAL_FEATURES if residual else FEATURES
+
+
+def obs_dim(residual: bool) -> int:
+    return len(feature_set(residual))
+
+
 def _ratio_or(numerator: np.ndarray, denominator: np.ndarray, default: float) -> np.ndarray:
     return np.divide(numerator, denominator, out=np.full(numerator.shape, default), where=denominator > 0)
 
 
-def observe(history: History, slot: int | None = None) -> np.ndarray:
+def observe(history: History, slot: int | None = None, controller: ControllerGains | None = None) -> np.ndarray:
     """Features of every episode before it bids slot ``slot`` (default: the next slot), shape ``(n, F)``.
 
     Only ``history[:, :slot]`` is read, so the features of slot ``t`` can be rebuilt later from the
-    same history (the posterior encoder needs ``o_t`` for every past ``t``).
+    same history (the posterior encoder needs ``o_t`` for every past ``t``). With ``controller``, the
+    residual feature set (``F + 1``, ``controller_ratio`` last).
     """
-    return np.clip(raw_features(history, slot), _LOW, _HIGH)
+    base = np.clip(raw_features(history, slot), _LOW, _HIGH)
+    if controller is None:
+        return base
+    t = history.slot if slot is None else slot
+    reference = controller_ratios(prefix(history, t), controller) / RATIO_MAX
+    return np.concatenate([base, np.clip(reference, 0.0, 1.0)[:, None]], axis=1)
 
 
 def out_of_range(history: History, slot: int | None = None) -> np.ndarray:
@@ -98,7 +131,7 @@ def raw_features(history: History, slot: int | None = None) -> np.ndarray:
     return _features(np.full(n, t / SLOTS_PER_DAY), last, totals, reg.roi_target, reg.budget, axis=1)
 
 
-def observation_sequence(history: History) -> np.ndarray:
+def observation_sequence(history: History, controller: ControllerGains | None = None) -> np.ndarray:
     """``(n, t+1, F)`` float32: :func:`observe` before each slot ``0..t`` (the last is the current observation).
 
     Bit for bit the same numbers as ``t+1`` calls of :func:`observe`, at the cost of about one: the prefix sums
@@ -117,8 +150,11 @@ def observation_sequence(history: History) -> np.ndarray:
     }
     reg = history.registration
     time = np.broadcast_to(np.arange(width) / SLOTS_PER_DAY, (n, width))
-    features = _features(time, last, totals, reg.roi_target[:, None], reg.budget[:, None], axis=2)
-    return np.clip(features, _LOW, _HIGH).astype(np.float32)
+    features = np.clip(_features(time, last, totals, reg.roi_target[:, None], reg.budget[:, None], axis=2), _LOW, _HIGH)
+    if controller is not None:
+        reference = np.clip(controller_sequence(history, controller) / RATIO_MAX, 0.0, 1.0)
+        features = np.concatenate([features, reference[:, :, None]], axis=2)
+    return features.astype(np.float32)
 
 
 def _features(

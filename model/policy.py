@@ -30,6 +30,7 @@ import numpy as np
 
 from model.artifact import Artifact
 from model.contract import RATIO_MAX, RATIO_MIN
+from model.controller import ControllerGains
 from model.features import observation_sequence
 from model.history import History
 from model.sampling import noise_batch, sample_posterior
@@ -65,15 +66,21 @@ class DecisionInputs:
     """``(n, latent)`` float32 standard-normal draws for ``z = mean + std * eps``."""
 
 
-def decision_inputs(histories: Sequence[History], keys: Sequence[NoiseKey], latent_dim: int) -> DecisionInputs:
+def decision_inputs(
+    histories: Sequence[History],
+    keys: Sequence[NoiseKey],
+    latent_dim: int,
+    controller: ControllerGains | None = None,
+) -> DecisionInputs:
     """The inputs of one decision for the rows of ``histories`` (each at its own slot), concatenated in order.
 
-    ``keys`` has one entry per row. ``latent_dim`` 0: a policy without posterior (only ``obs``).
+    ``keys`` has one entry per row. ``latent_dim`` 0: a policy without posterior (only ``obs``). ``controller``:
+    a residual model's reference controller (the observations then end with ``controller_ratio``).
     """
     n = sum(h.n for h in histories)
     if len(keys) != n:
         raise ValueError(f"{n} rows need {n} noise keys, got {len(keys)}")
-    sequences = [observation_sequence(h) for h in histories]
+    sequences = [observation_sequence(h, controller) for h in histories]
     obs = np.concatenate([seq[:, -1] for seq in sequences], axis=0) if histories else np.zeros((0, 0), np.float32)
     if latent_dim == 0:
         return DecisionInputs(obs=obs, steps=None, mask=None, eps=None)
@@ -125,6 +132,8 @@ class Policy:
 
     def __init__(self, artifact: Artifact):
         self.artifact = artifact
+        self.controller = artifact.controller_gains() if artifact.residual else None
+        """A residual model's reference controller (it reads ``controller_ratio``), else None."""
 
     @property
     def latent_dim(self) -> int:
@@ -132,7 +141,7 @@ class Policy:
 
     def decide(self, histories: Sequence[History], keys: Sequence[NoiseKey]) -> Decision:
         """Next ratios of every row of ``histories`` (rows in order; each History at its own slot)."""
-        return self.decide_inputs(decision_inputs(histories, keys, self.latent_dim))
+        return self.decide_inputs(decision_inputs(histories, keys, self.latent_dim, self.controller))
 
     def decide_inputs(self, inputs: DecisionInputs) -> Decision:
         if inputs.steps is None:
@@ -145,10 +154,12 @@ class Policy:
 
     def decide_states(self, states: Sequence[CampaignState]) -> Decision:
         """Next ratios of campaigns at any slots: rows grouped by slot, one encoder and one policy call."""
-        return self.decide_inputs(states_inputs(states, self.latent_dim))
+        return self.decide_inputs(states_inputs(states, self.latent_dim, self.controller))
 
 
-def states_inputs(states: Sequence[CampaignState], latent_dim: int) -> DecisionInputs:
+def states_inputs(
+    states: Sequence[CampaignState], latent_dim: int, controller: ControllerGains | None = None
+) -> DecisionInputs:
     """:func:`decision_inputs` for campaign states, answered in the order of ``states``.
 
     Rows at the same slot share one History (so rebuilding 10,000 campaigns' observations is 48
@@ -162,7 +173,7 @@ def states_inputs(states: Sequence[CampaignState], latent_dim: int) -> DecisionI
     order = [i for rows in by_slot.values() for i in rows]
     histories = [stack_histories([states[i] for i in rows]) for rows in by_slot.values()]
     keys = [NoiseKey(states[i].seed, states[i].campaign, states[i].episode) for i in order]
-    grouped = decision_inputs(histories, keys, latent_dim)
+    grouped = decision_inputs(histories, keys, latent_dim, controller)
     inverse = np.empty(len(order), dtype=np.int64)
     inverse[np.asarray(order)] = np.arange(len(order))
 

@@ -1,8 +1,9 @@
 """Tiny trained runs and their exported artifacts, built once per test session for test_export and test_artifact.
 
-A six-day generated market (three train days), one CBRL and one non-Bayesian (hard) run of one epoch
-with a handful of gradient steps: the weights are barely trained, which is all parity needs, and
-their episodes still win and spend (a policy at its initialization bids ratios around 2).
+A six-day generated market (three train days), one CBRL, one residual CBRL (``--residual``: a correction
+of the PID tuned on the train days) and one non-Bayesian (hard) run of one epoch with a handful of
+gradient steps: the weights are barely trained, which is all parity needs, and their episodes still
+win and spend (a policy at its initialization bids ratios around 2).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class Exported:
     hard_run: Path
     cbrl_model: Path
     hard_model: Path
+    residual_run: Path
+    residual_model: Path
 
 
 _built: dict[str, Exported] = {}
@@ -39,10 +42,18 @@ def exported_runs(tmp_path_factory: pytest.TempPathFactory) -> Exported:
         market = root / "market"
         generate_market(market, config_with(days_id=6, days_ood=0, impressions_per_day=3000, seed=4), workers=1)
         runs = {}
-        for algo in ("cbrl", "hard"):
-            config = SACConfig(algo=algo, epochs=1, updates_per_epoch=5, batch_size=64, seed=1)
-            run_training(market, SETTING, config, root / algo)
-            export_run(root / algo, root / f"model-{algo}")
-            runs[algo] = root / algo
-        _built["runs"] = Exported(market, runs["cbrl"], runs["hard"], root / "model-cbrl", root / "model-hard")
+        for name, algo, residual in (("cbrl", "cbrl", False), ("hard", "hard", False), ("residual", "cbrl", True)):
+            config = SACConfig(algo=algo, epochs=1, updates_per_epoch=5, batch_size=64, seed=1, residual=residual)
+            run_training(market, SETTING, config, root / name)
+            export_run(root / name, root / f"model-{name}")
+            runs[name] = root / name
+        _built["runs"] = Exported(
+            market,
+            runs["cbrl"],
+            runs["hard"],
+            root / "model-cbrl",
+            root / "model-hard",
+            runs["residual"],
+            root / "model-residual",
+        )
     return _built["runs"]

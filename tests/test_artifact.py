@@ -154,6 +154,17 @@ def test_the_card_validates_its_own_consistency(exported: Exported):
             ModelCard.model_validate({**raw, **change})
 
 
+def test_a_residual_card_needs_its_reference_controller(exported: Exported):
+    """A residual model reads the controller's ratio: a card without the controller's gains cannot be served."""
+    raw = json.loads((exported.residual_model / CARD_FILE).read_text())
+    card = ModelCard.model_validate(raw)
+    assert card.residual and card.features[-1].name == "controller_ratio"
+    for missing in ("controller", "traffic_profile"):
+        training = {**raw["training"], missing: None}
+        with pytest.raises(ValidationError, match="needs its reference controller"):
+            ModelCard.model_validate({**raw, "training": training})
+
+
 def rewrite_card(directory: Path, edit: Callable[[dict[str, Any]], None]) -> None:
     raw = json.loads((directory / CARD_FILE).read_text())
     edit(raw)

@@ -39,6 +39,23 @@ def test_median_of_the_members_log_ratios():
     np.testing.assert_allclose(median_last(torch.tensor([[1.0, 4.0], [3.0, 1.0]])).numpy(), [2.5, 2.0])
     with pytest.raises(ValueError, match="with and without"):
         ensemble_of(actors[:2], [PosteriorEncoder(2 * N_FEATURES + 1, d), None])
+    residual = TanhGaussianPolicy(N_FEATURES + 1 + d, hidden=16, step=0.3, residual=True)
+    with pytest.raises(ValueError, match="mixes residual and non-residual"):
+        EnsembleActor([actors[0], residual], member_latent_dim=d)
+
+
+def test_an_ensemble_of_residual_members_reads_the_controller_feature_once():
+    """Residual members share the observation (``controller_ratio`` last) and take their own z after it."""
+    torch.manual_seed(1)
+    d, width = 2, N_FEATURES + 1
+    actors = [TanhGaussianPolicy(width + d, hidden=16, step=0.5, residual=True) for _ in range(3)]
+    obs, z = torch.rand(4, width), torch.randn(4, 3 * d)
+    with torch.no_grad():
+        got = EnsembleActor(actors, member_latent_dim=d).act(torch.cat([obs, z], dim=1)).numpy()
+        members = np.stack(
+            [a.act(torch.cat([obs, z[:, k * d : (k + 1) * d]], dim=1)).numpy() for k, a in enumerate(actors)]
+        )
+    np.testing.assert_allclose(got, np.exp(np.median(np.log(members), axis=0)), rtol=1e-6)
 
 
 def test_an_ensemble_of_one_run_plays_as_that_run(tmp_path_factory: pytest.TempPathFactory):
@@ -85,12 +102,14 @@ def test_an_ensemble_refuses_runs_that_do_not_belong_together(tmp_path_factory: 
     exported = exported_runs(tmp_path_factory)
     with pytest.raises(RunError, match="with and without"):
         load_ensemble_bidder([exported.cbrl_run, exported.hard_run])
+    with pytest.raises(RunError, match="different reference controllers"):
+        load_ensemble_bidder([exported.cbrl_run, exported.residual_run])
     with pytest.raises(EvaluationError, match="with and without"):
         evaluate(
             Market.open(exported.market),
             SETTING,
             "test",
-            parse_methods(f"ensemble:mixed={exported.market.parent}/*"),
+            parse_methods(f"ensemble:mixed={exported.market.parent}/[ch]*"),
             seeds=1,
         )
 

@@ -117,11 +117,13 @@ def test_a_non_bayesian_run_exports_the_policy_alone(exported: Exported):
     assert set(artifact.card.parity) == {"ratio"}
 
 
-@pytest.mark.parametrize("algo", ["cbrl", "hard"])
+@pytest.mark.parametrize("algo", ["cbrl", "hard", "residual"])
 def test_evaluating_the_model_equals_evaluating_its_run(exported: Exported, algo: str):
-    run, model = (
-        (exported.cbrl_run, exported.cbrl_model) if algo == "cbrl" else (exported.hard_run, exported.hard_model)
-    )
+    run, model = {
+        "cbrl": (exported.cbrl_run, exported.cbrl_model),
+        "hard": (exported.hard_run, exported.hard_model),
+        "residual": (exported.residual_run, exported.residual_model),
+    }[algo]
     methods = parse_methods(f"{run},onnx:{model}")
     result = evaluate(Market.open(exported.market), SETTING, "test", methods, seeds=2)
     episodes = result.episodes
@@ -132,7 +134,34 @@ def test_evaluating_the_model_equals_evaluating_its_run(exported: Exported, algo
     np.testing.assert_allclose(onnx_rows["delivery"], torch_rows["delivery"], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(onnx_rows["cost"], torch_rows["cost"], rtol=1e-9, atol=1e-9)
     assert (onnx_rows["feasible"] == torch_rows["feasible"]).all()
-    assert result.meta["tuned"][f"onnx:{model}"]["algo"] == algo
+    assert result.meta["tuned"][f"onnx:{model}"]["algo"] == ("cbrl" if algo == "residual" else algo)
+
+
+def test_a_residual_model_carries_the_controller_it_was_trained_around(exported: Exported):
+    """``--residual``: the run fixes the PID tuned on its train days before training; the card carries exactly
+    those gains and that traffic profile, its policy reads ``controller_ratio`` last, and the service (shield
+    reference, fallback and the policy's base) runs that controller."""
+    from model.controller import GAIN_FIELDS
+    from service.runner import ModelRunner
+    from training.dayset import DaySet
+    from training.evaluate import tuned_baseline
+
+    config = json.loads((exported.residual_run / "run.json").read_text())["config"]
+    market = Market.open(exported.market)
+    pid, _ = tuned_baseline(market, "pid", SETTING, lambda: DaySet.load(market, "train", SETTING))
+    assert config["residual"] and {k: config["controller"][k] for k in GAIN_FIELDS} == {
+        k: pid.params()[k] for k in GAIN_FIELDS
+    }
+    card = load_artifact(exported.residual_model).card
+    assert card.residual and card.features[-1].name == "controller_ratio" and card.obs_dim == N_FEATURES + 1
+    assert card.transition_dim == 2 * (N_FEATURES + 1) + 1
+    assert card.training.controller == {k: config["controller"][k] for k in GAIN_FIELDS}
+    assert list(card.training.traffic_profile) == config["controller"]["traffic_profile"]
+    assert not load_artifact(exported.cbrl_model).card.residual
+    runner = ModelRunner(exported.residual_model, use_shield=True)
+    runner.load()
+    assert runner.gains.tuned() == card.training.controller
+    assert runner.policy is not None and runner.policy.controller == runner.gains
 
 
 def test_evaluate_refuses_a_model_of_another_setting_or_a_missing_one(exported: Exported, tmp_path: Path):

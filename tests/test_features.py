@@ -127,3 +127,31 @@ def test_the_observation_sequence_is_observe_at_every_prefix_bit_for_bit(seed: i
         )
     expected = np.stack([observe(history, slot=s) for s in range(slot + 1)], axis=1).astype(np.float32)
     assert observation_sequence(history).tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_controller_feature_is_the_reference_controllers_ratio_over_4(seed: int):
+    """A residual model's extra feature: ``c_t / 4`` after the base features, which it leaves unchanged; the
+    sequence (training's buffer, the encoder's trajectory) equals observe at every prefix, bit for bit."""
+    from model.controller import ControllerGains, controller_ratios, prefix
+
+    rng = np.random.default_rng(100 + seed)
+    n, slot = 4, int(rng.integers(1, SLOTS_PER_DAY + 1))
+    budget = np.where(rng.random(n) < 0.5, np.inf, rng.uniform(10, 1000, n))
+    history = History(Registration(roi_target=rng.uniform(0.5, 2.0, n), budget=budget))
+    for _ in range(slot):
+        auctions = rng.integers(0, 500, n).astype(float)
+        wins = np.floor(auctions * rng.random(n))
+        cost = wins * rng.lognormal(0, 1, n)
+        history.record(rng.uniform(0, 4, n), cost * rng.lognormal(0, 0.7, n), cost, wins, auctions)
+    gains = ControllerGains(initial_ratio=1.3, kp=1.2, ki=0.1, kd=0.2, kp_budget=2.0, ki_budget=0.1)
+    for s in (0, 1, slot):
+        with_controller = observe(history, slot=s, controller=gains)
+        assert with_controller.shape == (n, N_FEATURES + 1)
+        assert np.array_equal(with_controller[:, :N_FEATURES], observe(history, slot=s))
+        expected = controller_ratios(prefix(history, s), gains) / 4
+        assert np.array_equal(with_controller[:, N_FEATURES], expected) and np.all(expected > 0)
+    assert observe(history, slot=0, controller=gains)[0, N_FEATURES] == pytest.approx(1.3 / 4)
+    sequence = observation_sequence(history, gains)
+    expected_sequence = np.stack([observe(history, s, gains) for s in range(slot + 1)], axis=1).astype(np.float32)
+    assert sequence.tobytes() == expected_sequence.tobytes()

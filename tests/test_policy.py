@@ -94,15 +94,24 @@ def random_history(rng: np.random.Generator, n: int, slot: int) -> History:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**31 - 1), slot=st.integers(0, SLOTS_PER_DAY), play_seed=st.integers(0, 1000))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    slot=st.integers(0, SLOTS_PER_DAY),
+    play_seed=st.integers(0, 1000),
+    residual=st.booleans(),
+)
 def test_random_histories_decide_alike_in_torch_onnx_and_the_stateless_step(
-    exported: Exported, seed: int, slot: int, play_seed: int
+    exported: Exported, seed: int, slot: int, play_seed: int, residual: bool
 ):
-    """Arbitrary stats (not the policy's own), any slot: torch run, ONNX bidder and stored states agree."""
+    """Arbitrary stats (not the policy's own), any slot: torch run, ONNX bidder and stored states agree (a CBRL
+    model and a residual one, whose base ratio is the controller's on the same stats)."""
+    run, model = (
+        (exported.residual_run, exported.residual_model) if residual else (exported.cbrl_run, exported.cbrl_model)
+    )
     history = random_history(np.random.default_rng(seed), 3, slot)
-    torch_bidder, _ = load_run_bidder(exported.cbrl_run)
+    torch_bidder, _ = load_run_bidder(run)
     torch_bidder.start(history.registration, play_seed)
-    onnx_bidder = OnnxBidder.load(exported.cbrl_model)
+    onnx_bidder = OnnxBidder.load(model)
     onnx_bidder.start(history.registration, play_seed)
     stateless = Policy(onnx_bidder.artifact).decide_states(states_at(history, slot, play_seed)).ratio
     np.testing.assert_allclose(onnx_bidder.bid(history), stateless, atol=RATIO_TOLERANCE, rtol=0)

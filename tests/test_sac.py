@@ -187,3 +187,28 @@ def test_soft_combination_rivals_use_their_rewards(tiny_market):
     assert len(logs) == 2 and {log.stage for log in logs} == {"rcpo"}
     # Dual ascent moved lambda by lr * the mean signed constraint gap of each epoch (it stays >= 0).
     assert agent.multiplier >= 0.0 and agent.multiplier != 0.5
+
+
+def test_residual_actions_scale_the_controllers_ratio_and_invert():
+    """``--residual``: the base is the controller's ratio (the ``controller_ratio`` feature), not the last ratio."""
+    from model.features import CONTROLLER_INDEX
+
+    torch.manual_seed(0)
+    policy = TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=0.5, residual=True)
+    obs = torch.rand(256, N_FEATURES + 1)
+    obs[:, CONTROLLER_INDEX] = torch.linspace(0.01, 0.9, 256)
+    with torch.no_grad():
+        ratio, action, _ = policy.sample(obs)
+    unclipped = obs[:, CONTROLLER_INDEX] * RATIO_MAX * torch.exp(0.5 * action)
+    assert torch.allclose(ratio, unclipped.clamp(max=RATIO_MAX), atol=1e-5)
+    inside = unclipped < RATIO_MAX
+    assert torch.allclose(policy.to_action(obs, ratio)[inside], action[inside], atol=1e-5)
+    with pytest.raises(ValueError, match="relative action step"):
+        TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=0.0, residual=True)
+
+
+def test_a_residual_agent_needs_its_reference_controller():
+    with pytest.raises(ValueError, match="reference controller"):
+        SACAgent(SACConfig(algo="cbrl", residual=True))
+    with pytest.raises(ValueError, match="reference controller"):
+        PolicyBidder(TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=0.3, residual=True), stochastic=False)

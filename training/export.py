@@ -60,7 +60,8 @@ from model.artifact import (
     read_card,
 )
 from model.contract import Setting
-from model.features import FEATURES, N_FEATURES
+from model.features import feature_set
+from model.features import obs_dim as features_width
 from model.trajectory import prefix_mask, transitions
 from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
@@ -155,11 +156,12 @@ def _export_graph(module: nn.Module, example: tuple[torch.Tensor, ...], spec: Gr
     _strip_debug_metadata(path)
 
 
-def random_observations(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Features drawn uniformly within each one's clip range: inputs the networks actually see."""
-    low = np.array([f.low for f in FEATURES], dtype=np.float32)
-    high = np.array([f.high for f in FEATURES], dtype=np.float32)
-    return (low + (high - low) * rng.random((*shape, len(FEATURES)))).astype(np.float32)
+def random_observations(rng: np.random.Generator, shape: tuple[int, ...], residual: bool = False) -> np.ndarray:
+    """Uniform draws over each feature's clip range (of the residual feature set with ``residual``), float32."""
+    features = feature_set(residual)
+    low = np.array([f.low for f in features], dtype=np.float32)
+    high = np.array([f.high for f in features], dtype=np.float32)
+    return (low + (high - low) * rng.random((*shape, len(features)))).astype(np.float32)
 
 
 def check_parity(
@@ -175,7 +177,7 @@ def check_parity(
     worst = {"ratio": 0.0, "mean": 0.0, "std": 0.0}
     with torch.no_grad():
         for n in PARITY_BATCHES:
-            obs = random_observations(rng, (n,))
+            obs = random_observations(rng, (n,), artifact.residual)
             z = rng.standard_normal((n, latent)).astype(np.float32) if latent else None
             torch_input = torch.as_tensor(obs if z is None else np.concatenate([obs, z], axis=1))
             expected = actor.act(torch_input).numpy()
@@ -183,7 +185,9 @@ def check_parity(
             if encoder is None:
                 continue
             for length in PARITY_LENGTHS:
-                steps = transitions(random_observations(rng, (n, length + 1)), 4.0 * rng.random((n, length)))
+                steps = transitions(
+                    random_observations(rng, (n, length + 1), artifact.residual), 4.0 * rng.random((n, length))
+                )
                 lengths = rng.integers(0, length + 1, n)
                 lengths[: min(n, 4)] = [0, 1, length - 1, length][: min(n, 4)]
                 mask = prefix_mask(lengths, length)
@@ -304,7 +308,8 @@ def export_modules(
     actor.eval()
     if encoder is not None:
         encoder.eval()
-    obs_dim = N_FEATURES
+    residual = bool(actor.residual)
+    obs_dim = features_width(residual)
     latent = int(encoder.latent_dim) if encoder is not None else 0
     try:
         with torch.no_grad():
@@ -335,7 +340,7 @@ def export_modules(
                 building / ENCODER_FILE,
             )
             files[ENCODER_FILE] = file_sha256(building / ENCODER_FILE)
-        card = _card(provenance, latent, transition_dim, files)
+        card = _card(provenance, residual, latent, transition_dim, files)
         atomic_write_text(building / CARD_FILE, card.to_json())
         if progress:
             progress("parity")
@@ -361,7 +366,12 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
     if best_score is None and at_best:
         best_score = at_best.get("validation_score")
     config = body.get("config", saved.get("config", {}))
-    profile, controller = _train_days_reference(body)
+    if config.get("residual"):  # the reference the policy was trained around, exactly (it reads its ratio)
+        reference = dict(config["controller"])
+        profile = tuple(float(x) for x in reference.pop("traffic_profile"))
+        controller: dict[str, float] | None = {k: float(v) for k, v in reference.items()}
+    else:
+        profile, controller = _train_days_reference(body)
     jsonable = lambda x: json.loads(json.dumps(x, default=str))  # noqa: E731 - tuples, paths -> JSON types
     return Provenance(
         algorithm=str(config.get("algo", "unknown")),
@@ -385,7 +395,9 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
     )
 
 
-def _card(provenance: Provenance, latent: int, transition_dim: int | None, files: dict[str, str]) -> ModelCard:
+def _card(
+    provenance: Provenance, residual: bool, latent: int, transition_dim: int | None, files: dict[str, str]
+) -> ModelCard:
     import onnx
     import onnxruntime
 
@@ -393,8 +405,8 @@ def _card(provenance: Provenance, latent: int, transition_dim: int | None, files
         format_version=FORMAT_VERSION,
         algorithm=provenance.algorithm,
         setting=provenance.setting,
-        features=code_features(),
-        obs_dim=N_FEATURES,
+        features=code_features(residual),
+        obs_dim=features_width(residual),
         latent_dim=latent,
         transition_dim=transition_dim,
         action=ActionRange(),

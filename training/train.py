@@ -23,10 +23,19 @@ from typing import Any
 import torch
 
 from model.contract import Setting
-from model.features import N_FEATURES
+from model.features import obs_dim
 from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
-from training.agents.sac import CURRICULA, TRANSITION_DIM, EpochLog, PolicyBidder, SACAgent, SACConfig, train
+from training.agents.sac import (
+    CURRICULA,
+    EpochLog,
+    PolicyBidder,
+    SACAgent,
+    SACConfig,
+    reference_of,
+    train,
+    transition_dim,
+)
 from training.dayset import DaySet
 from training.files import atomic_write, atomic_write_text
 from training.market.dataset import Market
@@ -76,8 +85,12 @@ def run_training(
         start_epoch = len(history)
     elif resume:
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
+    if state is not None and config.residual:  # resume with the reference controller the run started with
+        config.controller = previous["config"].get("controller")
     out.mkdir(parents=True, exist_ok=True)
     days = DaySet.load(market, "train", setting)
+    if config.residual and config.controller is None:
+        config.controller = reference_controller(market, setting, days)
     best = max((h["validation_score"] for h in history), default=float("-inf"))
     body: dict[str, Any] = {
         "format": "rcb-run/1",
@@ -116,6 +129,17 @@ def run_training(
     body["best_validation_score"] = best
     _write_json(body, run_file)
     return body
+
+
+def reference_controller(market: Market, setting: Setting, days: DaySet) -> dict[str, Any]:
+    """A residual run's reference controller: the PID tuned on the train days (``rcb evaluate``'s tuning, cached
+    beside the market) and the train days' traffic profile, as :attr:`SACConfig.controller` holds them."""
+    from model.controller import ControllerGains
+    from training.evaluate import tuned_baseline
+
+    pid, _ = tuned_baseline(market, "pid", setting, lambda: days)
+    gains = ControllerGains.with_profile(None, pid.params()).tuned()
+    return {**gains, "traffic_profile": [round(float(x), 8) for x in days.traffic_profile()]}
 
 
 def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
@@ -176,25 +200,33 @@ def load_ensemble_bidder(runs: list[Path]) -> tuple[PolicyBidder, list[dict[str,
     for what in ("setting", "data_fingerprint"):
         if len({str(body.get(what)) for body in bodies}) != 1:
             raise RunError(f"the ensemble's runs differ in {what}: {', '.join(str(r) for r in runs)}")
+    if len({repr(m.controller) for m, _ in members}) != 1:
+        raise RunError(f"the ensemble's runs have different reference controllers: {', '.join(str(r) for r in runs)}")
     try:
         actor, encoder = ensemble_of([m.policy for m, _ in members], [m.encoder for m, _ in members])
     except ValueError as exc:
         raise RunError(f"{', '.join(str(r) for r in runs)}: {exc}") from None
-    return PolicyBidder(actor, stochastic=False, encoder=encoder), bodies  # type: ignore[arg-type]
+    controller = members[0][0].controller
+    return PolicyBidder(actor, stochastic=False, encoder=encoder, controller=controller), bodies  # type: ignore[arg-type]
 
 
 def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
     """The deterministic bidder of a loaded ``best.pt``."""
     config = saved["config"]
+    residual = bool(config.get("residual", False))
     latent = config["latent_dim"] if saved["encoder"] is not None else 0
     policy = TanhGaussianPolicy(
-        N_FEATURES + latent, config["hidden"], config.get("action_step", 0.0), config.get("start_ratio", 1.0)
+        obs_dim(residual) + latent,
+        config["hidden"],
+        config.get("action_step", 0.0),
+        config.get("start_ratio", 1.0),
+        residual=residual,
     )
     policy.load_state_dict(saved["actor"])
     encoder = None
     if saved["encoder"] is not None:
-        encoder = PosteriorEncoder(TRANSITION_DIM, config["latent_dim"])
+        encoder = PosteriorEncoder(transition_dim(residual), config["latent_dim"])
         encoder.load_state_dict(saved["encoder"])
         encoder.eval()
     policy.eval()
-    return PolicyBidder(policy, stochastic=False, encoder=encoder)
+    return PolicyBidder(policy, stochastic=False, encoder=encoder, controller=reference_of(config))

@@ -102,6 +102,18 @@ def train_command(
             "--auto-curriculum", help="crl/cbrl: learn each stage's ROI relaxation b_k (regret minimization)."
         ),
     ] = False,
+    residual: Annotated[
+        bool,
+        typer.Option(
+            "--residual",
+            help="Learn a correction of the PID tuned on the train days (ratio = PID's x exp(step x action)),"
+            " not the control law itself.",
+        ),
+    ] = False,
+    action_step: Annotated[
+        float | None,
+        typer.Option("--action-step", min=0.01, max=2.0, help="Largest log-ratio move of one action."),
+    ] = _default("action_step"),
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
@@ -122,11 +134,13 @@ def train_command(
                 "updates_per_epoch": updates_per_epoch,
                 "uscb_gamma": uscb_gamma,
                 "rcpo_learning_rate": rcpo_learning_rate,
+                "action_step": action_step,
             }
             config = SACConfig(
                 algo=algo,
                 seed=seed,
                 auto_curriculum=auto_curriculum,
+                residual=residual,
                 **{k: v for k, v in overrides.items() if v is not None},
             )
             with progress(quiet=json) as bar:

@@ -23,20 +23,27 @@ SEED = 4
 
 
 @pytest.mark.parametrize(
-    "store, shielded",
-    [("memory", False), ("memory", True), pytest.param("redis", False, marks=pytest.mark.redis)],
+    "store, shielded, model",
+    [
+        ("memory", False, "cbrl"),
+        ("memory", True, "cbrl"),
+        ("memory", True, "residual"),
+        pytest.param("redis", False, "cbrl", marks=pytest.mark.redis),
+    ],
 )
-def test_replaying_through_the_service_gives_the_offline_episodes(models, store, shielded, request, tmp_path):
+def test_replaying_through_the_service_gives_the_offline_episodes(models, store, shielded, model, request, tmp_path):
     """The service (shield off: the model's ratios; on: the shield's) plays the days rcb evaluate plays with
-    ``onnx:MODEL`` or ``shield:onnx:MODEL``: the same episodes, slot by slot."""
+    ``onnx:MODEL`` or ``shield:onnx:MODEL``: the same episodes, slot by slot (a residual model too: its policy
+    corrects the card's controller)."""
     url = "memory" if store == "memory" else request.getfixturevalue("redis_server").url
+    model_dir = models.residual_model if model == "residual" else models.cbrl_model
     days = DaySet.load(Market.open(models.market), "test", SETTING)
-    method = f"{'shield:' if shielded else ''}onnx:{models.cbrl_model}"
+    method = f"{'shield:' if shielded else ''}onnx:{model_dir}"
     offline = evaluate(Market.open(models.market), SETTING, "test", [method], seeds=SEED + 1)
     offline_rows = offline.episodes[offline.episodes["seed"] == SEED].reset_index(drop=True)
     prefix = f"replay{uuid.uuid4().hex[:8]}"
     flag = "--shield" if shielded else "--no-shield"
-    with rcb_serve(models.cbrl_model, url, flag, RCB_NOISE_SEED=str(SEED), RCB_KEY_PREFIX=prefix) as server:
+    with rcb_serve(model_dir, url, flag, RCB_NOISE_SEED=str(SEED), RCB_KEY_PREFIX=prefix) as server:
         out = tmp_path / "replay"
         result = rcb_replay(server.url, models.market, out, "--concurrency", "3", "--batch-size", "700")
         assert result.exit_code == 0, result.output + server.log_tail()

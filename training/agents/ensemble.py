@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from model.controller import RATIO_FLOOR
-from model.features import N_FEATURES
+from model.features import obs_dim
 from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
 
@@ -71,14 +71,19 @@ class EnsembleActor(nn.Module):
         super().__init__()
         if not actors:
             raise ValueError("an ensemble needs at least one member")
+        if len({actor.residual for actor in actors}) != 1:
+            raise ValueError("an ensemble mixes residual and non-residual members")
         self.actors = nn.ModuleList(actors)
         self.member_latent_dim = int(member_latent_dim)
+        self.residual = actors[0].residual
+        """Residual members read the same reference controller's ratio (the caller checks their gains agree)."""
 
     def act(self, observation: torch.Tensor) -> torch.Tensor:
-        obs, d = observation[..., :N_FEATURES], self.member_latent_dim
+        width, d = obs_dim(self.residual), self.member_latent_dim
+        obs = observation[..., :width]
         ratios = []
         for k, actor in enumerate(self.actors):
-            z = observation[..., N_FEATURES + k * d : N_FEATURES + (k + 1) * d]
+            z = observation[..., width + k * d : width + (k + 1) * d]
             ratios.append(actor.act(torch.cat([obs, z], dim=-1) if d else obs))
         logs = torch.log(torch.clamp(torch.stack(ratios, dim=-1), min=RATIO_FLOOR))
         return torch.exp(median_last(logs))

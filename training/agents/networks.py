@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from model.contract import RATIO_MAX, RATIO_MIN
-from model.features import FEATURE_NAMES
+from model.features import CONTROLLER_INDEX, FEATURE_NAMES
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 PREV_RATIO = FEATURE_NAMES.index("prev_ratio")
@@ -36,13 +36,23 @@ class TanhGaussianPolicy(nn.Module):
       first slot. Each action then moves the ratio *level*, which persists, instead of setting one slot's
       ratio out of 48: the critic sees effects 48 times larger, the credit assignment that makes
       PID controllers work. The observation and the output stay a ratio, so serving is unchanged.
+    * ``step > 0`` and ``residual``: the same with ``base`` the reference controller's ratio for this slot
+      (the ``controller_ratio`` feature): the policy learns a bounded correction of a PID, not the control
+      law itself, so an untrained or confused policy bids near the controller.
     """
 
-    def __init__(self, inputs: int, hidden: int = 128, step: float = 0.0, start_ratio: float = 1.0):
+    def __init__(
+        self, inputs: int, hidden: int = 128, step: float = 0.0, start_ratio: float = 1.0, residual: bool = False
+    ):
         super().__init__()
+        if residual and step <= 0:
+            raise ValueError("a residual policy needs a relative action step > 0")
         self.body = mlp(inputs, hidden, 2)
         self.step = float(step)
         self.start_ratio = float(start_ratio)
+        self.residual = residual
+        self.base_feature = CONTROLLER_INDEX if residual else PREV_RATIO
+        """Which observation feature (a ratio over 4) relative actions scale."""
         self.register_buffer("scale", torch.tensor((RATIO_MAX - RATIO_MIN) / 2.0))
         self.register_buffer("offset", torch.tensor((RATIO_MAX + RATIO_MIN) / 2.0))
 
@@ -51,8 +61,9 @@ class TanhGaussianPolicy(nn.Module):
         return mean, torch.clamp(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
     def base(self, observation: torch.Tensor) -> torch.Tensor:
-        """The ratio a relative action scales: the last slot's, or ``start_ratio`` before any."""
-        previous = observation[..., PREV_RATIO] * RATIO_MAX
+        """The ratio a relative action scales: the controller's (residual), else the last slot's, or ``start_ratio``
+        before any."""
+        previous = observation[..., self.base_feature] * RATIO_MAX
         return torch.where(previous > 0, previous, torch.full_like(previous, self.start_ratio))
 
     def to_ratio(self, observation: torch.Tensor, squashed: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from model.contract import SLOTS_PER_DAY
-from model.features import N_FEATURES, observation_sequence
+from model.controller import GAIN_FIELDS, ControllerGains
+from model.features import obs_dim, observation_sequence
 from model.history import History, Registration
 from model.policy import decision_inputs, offline_keys
 from model.trajectory import transitions
@@ -63,8 +64,11 @@ CURRICULA: dict[str, tuple[Stage, ...]] = {
     "uscb": (USCBStage("uscb", epochs=None),),
     "rcpo": (LagrangianStage("rcpo", epochs=None),),
 }
-TRANSITION_DIM = 2 * N_FEATURES + 1
-"""(o_i, a_i, o_{i+1}): what the posterior encoder reads per step."""
+
+
+def transition_dim(residual: bool) -> int:
+    """``(o_i, a_i, o_{i+1})``: the width of what the posterior encoder reads per step."""
+    return 2 * obs_dim(residual) + 1
 
 
 @dataclass
@@ -105,7 +109,13 @@ class SACConfig:
     """0: the policy sets the ratio on [0, 4] directly; > 0: it multiplies the last ratio by
     ``exp(action_step * tanh(u))`` (relative actions, :class:`TanhGaussianPolicy`)."""
     start_ratio: float = 1.0
-    """Relative actions: the ratio the first slot's action scales."""
+    """Relative actions: the ratio the first slot's action scales (not residual ones)."""
+    residual: bool = False
+    """Relative actions around the reference controller: ``ratio_t = c_t exp(action_step tanh(u))``, ``c_t`` the
+    PID tuned on the train days (:attr:`controller`), read by the policy as the ``controller_ratio`` feature."""
+    controller: dict[str, Any] | None = None
+    """A residual run's reference controller: the PID gains (``model.controller.GAIN_FIELDS``) and the train days'
+    ``traffic_profile``, filled by ``rcb train`` from the market (the model card carries the same)."""
     initial_alpha: float = 0.001
     """Starting entropy temperature (then tuned automatically toward ``target_entropy``)."""
     target_entropy: float = -2.5
@@ -155,6 +165,10 @@ class SACConfig:
     def bayesian(self) -> bool:
         return self.algo == "cbrl"
 
+    def controller_gains(self) -> ControllerGains | None:
+        """The residual policy's reference controller (None for a non-residual run)."""
+        return reference_of(self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["curriculum"] = [asdict(s) for s in self.curriculum]
@@ -172,10 +186,19 @@ class PolicyBidder(Bidder):
 
     name: ClassVar[str] = "sac"
 
-    def __init__(self, policy: TanhGaussianPolicy, stochastic: bool, encoder: PosteriorEncoder | None = None):
+    def __init__(
+        self,
+        policy: TanhGaussianPolicy,
+        stochastic: bool,
+        encoder: PosteriorEncoder | None = None,
+        controller: ControllerGains | None = None,
+    ):
+        if policy.residual and controller is None:
+            raise ValueError("a residual policy needs its reference controller's gains")
         self.policy = policy
         self.stochastic = stochastic
         self.encoder = encoder
+        self.controller = controller if policy.residual else None
         self.seed = 0
 
     @property
@@ -187,7 +210,7 @@ class PolicyBidder(Bidder):
 
     def bid(self, history: History) -> np.ndarray:
         latent_dim = 0 if self.encoder is None else self.encoder.latent_dim
-        inputs = decision_inputs([history], offline_keys(self.seed, history.n), latent_dim)
+        inputs = decision_inputs([history], offline_keys(self.seed, history.n), latent_dim, self.controller)
         with torch.no_grad():
             obs = torch.as_tensor(inputs.obs)
             if self.encoder is not None:
@@ -238,9 +261,11 @@ OPTIMIZERS: tuple[str, ...] = ("actor", "critic", "alpha")
 class EpisodeBuffer:
     """Whole episodes: features before every slot (and after the last), ratios, slot stats, constraints, D*."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, controller: ControllerGains | None = None):
         self.capacity = capacity
-        self.obs = np.zeros((capacity, SLOTS_PER_DAY + 1, N_FEATURES), dtype=np.float32)
+        self.controller = controller
+        """A residual run's reference controller (the observations then end with ``controller_ratio``)."""
+        self.obs = np.zeros((capacity, SLOTS_PER_DAY + 1, obs_dim(controller is not None)), dtype=np.float32)
         self.ratios = np.zeros((capacity, SLOTS_PER_DAY), dtype=np.float32)
         self.delivery = np.zeros((capacity, SLOTS_PER_DAY))
         self.cost = np.zeros((capacity, SLOTS_PER_DAY))
@@ -251,7 +276,7 @@ class EpisodeBuffer:
         self.cursor = 0
 
     def add(self, history: History, oracle: np.ndarray) -> None:
-        obs = observation_sequence(history)  # o_0 .. o_48 of each episode
+        obs = observation_sequence(history, self.controller)  # o_0 .. o_48 of each episode
         for k in range(history.n):
             i = self.cursor
             self.obs[i] = obs[k]
@@ -332,13 +357,21 @@ class SACAgent:
         self.config = config
         torch.manual_seed(config.seed)
         latent = config.latent_dim if config.bayesian else 0
+        width = obs_dim(config.residual)
+        self.controller = config.controller_gains()
+        if config.residual and self.controller is None:
+            raise ValueError("a residual run needs its reference controller (SACConfig.controller)")
         self.encoder = (
-            PosteriorEncoder(TRANSITION_DIM, config.latent_dim, initial_std=config.posterior_initial_std)
+            PosteriorEncoder(
+                transition_dim(config.residual), config.latent_dim, initial_std=config.posterior_initial_std
+            )
             if config.bayesian
             else None
         )
-        self.actor = TanhGaussianPolicy(N_FEATURES + latent, config.hidden, config.action_step, config.start_ratio)
-        self.critic = TwinQ(N_FEATURES + latent, config.hidden)
+        self.actor = TanhGaussianPolicy(
+            width + latent, config.hidden, config.action_step, config.start_ratio, residual=config.residual
+        )
+        self.critic = TwinQ(width + latent, config.hidden)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.full((1,), float(np.log(config.initial_alpha)), requires_grad=True)
         self.target_entropy = config.target_entropy
@@ -457,6 +490,16 @@ class SACAgent:
         self.updates += 1
 
 
+def reference_of(config: dict[str, Any]) -> ControllerGains | None:
+    """A run config's (:meth:`SACConfig.to_dict`) reference controller: None unless it is residual."""
+    if not config.get("residual"):
+        return None
+    controller = config.get("controller")
+    if not controller:
+        raise ValueError("a residual run's config lacks its reference controller")
+    return ControllerGains.with_profile(controller["traffic_profile"], {k: controller[k] for k in GAIN_FIELDS})
+
+
 def _by_name(saved: dict[str, Any] | list[Any]) -> dict[str, Any]:
     """A checkpoint's optimizers (or schedules) by name; older checkpoints list them in :data:`OPTIMIZERS` order."""
     if isinstance(saved, dict):
@@ -496,7 +539,7 @@ def train(
     agent = SACAgent(config)
     if state is not None:
         agent.load_state(state)
-    buffer = EpisodeBuffer(config.buffer_episodes)
+    buffer = EpisodeBuffer(config.buffer_episodes, agent.controller)
     train_days, validation_days = split_validation(days, config.validation_fraction)
     multiplier = float(state["multiplier"]) if state and "multiplier" in state else config.rcpo_multiplier
     dual = DualAscent(multiplier=multiplier, learning_rate=config.rcpo_learning_rate)
@@ -512,7 +555,7 @@ def train(
             stage = auto.stage(stage)
         if isinstance(stage, LagrangianStage):
             stage = replace(stage, multiplier=dual.multiplier)
-        explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder)
+        explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=agent.controller)
         collected, oracle = play_days(
             explorer, days, train_days, config.episodes_per_day, config.seed * 100_003 + epoch
         )
@@ -539,7 +582,7 @@ def train(
             )
             for step in range(refit + config.updates_per_epoch)
         ]
-        greedy = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder)
+        greedy = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder, controller=agent.controller)
         train_outcome, _ = play_days(greedy, days, train_days, 1, seed=0)
         validation_outcome, _ = play_days(greedy, days, validation_days, 1, seed=0)
         log = EpochLog(
