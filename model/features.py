@@ -137,6 +137,8 @@ def observation_sequence(history: History, controller: ControllerGains | None = 
     Bit for bit the same numbers as ``t+1`` calls of :func:`observe`, at the cost of about one: the prefix sums
     are taken exactly as :func:`raw_features` takes them (one numpy ``sum`` per prefix; a cumulative sum would
     round differently) and every formula is elementwise, so :func:`_features` runs once on ``(n, t+1)`` arrays.
+    With ``controller``, ``controller_ratio`` is the controller law run once per prefix
+    (:func:`model.controller.controller_sequence`, as :func:`observe` runs it).
     """
     t_max, n = history.slot, history.n
     width = t_max + 1
