@@ -48,6 +48,10 @@ def test_table_has_a_row_per_market_setting_and_split(tmp_path: Path):
     assert main([str(tmp_path / "missing")]) == 2
     assert main([str(tmp_path), "--plot", str(tmp_path / "suite.png")]) == 0
     assert (tmp_path / "suite.png").read_bytes()[:4] == b"\x89PNG"
+    renamed = table(tmp_path, "residual CBRL")  # rcb train --residual runs, labelled cbrl in the summaries
+    assert "# Market suite (residual CBRL)" in renamed and "| residual CBRL ensemble |" in renamed
+    assert "residual CBRL >= PID + 0.03" in renamed and renamed.count("| met |") == 2
+    assert main([str(tmp_path), "--name", "residual CBRL"]) == 0
 
 
 def test_presets_differ_from_the_benchmark_in_what_they_say():

@@ -1,7 +1,7 @@
 """The market suite's per-market table (``scripts/suite.sh``): CBRL and the shield against PID on every market.
 
-``python -m training.suite_report OUT [--plot PNG]`` reads ``OUT/<market>/<setting>-<split>/summary.json`` (written by
-``rcb evaluate``) and prints one Markdown row per (market, setting, split) with the issue's two bars:
+``python -m training.suite_report OUT [--plot PNG] [--name NAME]`` reads
+``OUT/<market>/<setting>-<split>/summary.json`` (written by ``rcb evaluate``) and prints one Markdown row per (market, setting, split) with the issue's two bars:
 
 * **CBRL first**: median ANS over training seeds >= PID's + 0.03, with mean CSR >= PID's;
 * **shield bound**: every shielded learned method's CSR >= PID's CSR - 0.05.
@@ -88,17 +88,19 @@ def verdicts(summary: dict[str, dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def table(root: Path) -> str:
+def table(root: Path, name: str = "CBRL") -> str:
+    """The Markdown table; ``name`` titles the trained method's columns (e.g. ``residual CBRL`` for the runs of
+    ``rcb train --residual``: they are labelled ``cbrl`` in the summaries all the same)."""
     header = [
         "market",
         "setting",
         "split",
         "days",
         "D*=0 days",
-        *(name for name, _ in METHOD_COLUMNS),
+        *(title.replace("CBRL", name) for title, _ in METHOD_COLUMNS),
         "default model",
         "shield:default",
-        *(name for name, _ in VERDICT_COLUMNS),
+        *(title.replace("CBRL", name) for title, _ in VERDICT_COLUMNS),
     ]
     numeric = len(header) - 3 - len(VERDICT_COLUMNS)
     lines = [
@@ -124,14 +126,14 @@ def table(root: Path) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     legend = (
-        "Cells: median ANS over seeds (mean CSR). CBRL: the default `rcb train` config trained on the market's"
-        " train days, one run per seed; CBRL ensemble: those runs as one bidder (the median of their"
+        f"Cells: median ANS over seeds (mean CSR). {name}: `rcb train` trained on the market's"
+        f" train days, one run per seed; {name} ensemble: those runs as one bidder (the median of their"
         " log-ratios), played with every seed; default model: the shipped"
         " `models/default` (trained on the benchmark"
         " market), a transfer check. D*=0 days: days no bidder can reach the ROI target on (scored 1 if"
         " feasible, else 0)."
     )
-    return "\n".join(["# Market suite", "", *lines, "", legend, ""])
+    return "\n".join([f"# Market suite ({name})", "", *lines, "", legend, ""])
 
 
 PLOTTED = ("pid", "cbrl", "shield:cbrl", "ensemble:cbrl", "shield:ensemble:cbrl")
@@ -177,16 +179,19 @@ def plot(root: Path, png: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--plot"):
-        print("usage: python -m training.suite_report OUT_DIR [--plot PNG]", file=sys.stderr)
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m training.suite_report", description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path, help="scripts/suite.sh's OUT (e.g. out/suite)")
+    parser.add_argument("--plot", type=Path, help="also draw the ANS and CSR bars into this PNG")
+    parser.add_argument("--name", default="CBRL", help="the trained method's name in the headers (default CBRL)")
+    args = parser.parse_args(argv)
+    if not args.out_dir.is_dir():
+        print(f"{args.out_dir}: no such directory (run scripts/suite.sh first)", file=sys.stderr)
         return 2
-    root = Path(argv[0])
-    if not root.is_dir():
-        print(f"{root}: no such directory (run scripts/suite.sh first)", file=sys.stderr)
-        return 2
-    print(table(root))
-    if len(argv) == 3:
-        plot(root, Path(argv[2]))
+    print(table(args.out_dir, args.name))
+    if args.plot:
+        plot(args.out_dir, args.plot)
     return 0
 
 
