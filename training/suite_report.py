@@ -1,7 +1,8 @@
 """The market suite's per-market table (``scripts/suite.sh``): CBRL and the shield against PID on every market.
 
 ``python -m training.suite_report OUT [--plot PNG] [--name NAME]`` reads
-``OUT/<market>/<setting>-<split>/summary.json`` (written by ``rcb evaluate``) and prints one Markdown row per (market, setting, split) with the issue's two bars:
+``OUT/<market>/<setting>-<split>/summary.json`` (written by ``rcb evaluate``) and prints one Markdown row per
+(market, setting, split) with the issue's two bars:
 
 * **CBRL first**: median ANS over training seeds >= PID's + 0.03, with mean CSR >= PID's;
 * **shield bound**: every shielded learned method's CSR >= PID's CSR - 0.05.
