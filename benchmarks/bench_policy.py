@@ -9,6 +9,9 @@ the ratio is the price of keeping nothing but raw stats. Also: decoding the stor
 median wall time over repeats.
 
     .venv/bin/python benchmarks/bench_policy.py [--model models/default] [--batches 1,10000] [--slot 47]
+
+``--model`` may be repeated: each model is measured on the same states, one table row per model and batch (a
+residual model also runs its reference controller once per prefix when rebuilding the observations).
 """
 
 from __future__ import annotations
@@ -58,41 +61,50 @@ def random_states(rng: np.random.Generator, n: int, slot: int) -> list[CampaignS
     return states
 
 
+def measure(model_dir: Path, states: list[CampaignState], repeats: int) -> tuple[float, float, float, float, float]:
+    """Median ms of the stateless step, of its rebuild + noise, of the model calls alone, of decoding the blobs;
+    and the mean blob size."""
+    artifact = load_artifact(model_dir, intra_op_threads=1)
+    policy = Policy(artifact)
+    blobs = [s.to_bytes() for s in states]
+    prebuilt = states_inputs(states, artifact.latent_dim, policy.controller)
+    stateless = policy.decide_states(states).ratio
+    assert np.array_equal(stateless, policy.decide_inputs(prebuilt).ratio)
+    step = median_ms(lambda: policy.decide_states(states), repeats)
+    rebuild = median_ms(lambda: states_inputs(states, artifact.latent_dim, policy.controller), repeats)
+    model = median_ms(lambda: policy.decide_inputs(prebuilt), repeats)
+    decode = median_ms(lambda: [CampaignState.from_bytes(b) for b in blobs], repeats)
+    return step, rebuild, model, decode, float(np.mean([len(b) for b in blobs]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, default=Path("models/default"))
+    parser.add_argument("--model", type=Path, action="append", help="A model directory (repeatable).")
     parser.add_argument("--batches", default="1,10000")
     parser.add_argument("--slot", type=int, default=47, help="Slots already reported (47: the day's last decision).")
     args = parser.parse_args()
-    artifact = load_artifact(args.model, intra_op_threads=1)
-    policy = Policy(artifact)
+    models = args.model or [Path("models/default")]
     print(f"machine: {describe_machine()}")
-    print(f"model: {args.model} ({artifact.card.algorithm}, latent {artifact.latent_dim}); slot {args.slot}")
+    for model_dir in models:
+        card = load_artifact(model_dir).card
+        kind = "residual, " if card.residual else ""
+        print(f"model: {model_dir} ({card.algorithm}, {kind}latent {card.latent_dim}); slot {args.slot}")
     rng = np.random.default_rng(0)
     rows = []
     for n in [int(b) for b in args.batches.split(",")]:
         states = random_states(rng, n, args.slot)
-        blobs = [s.to_bytes() for s in states]
         repeats = 200 if n <= 10 else 5
-        prebuilt = states_inputs(states, artifact.latent_dim, policy.controller)
-        stateless = policy.decide_states(states).ratio
-        assert np.array_equal(stateless, policy.decide_inputs(prebuilt).ratio)
-        step = median_ms(lambda states=states: policy.decide_states(states), repeats)
-        rebuild = median_ms(
-            lambda states=states: states_inputs(states, artifact.latent_dim, policy.controller), repeats
-        )
-        model = median_ms(lambda prebuilt=prebuilt: policy.decide_inputs(prebuilt), repeats)
-        decode = median_ms(lambda blobs=blobs: [CampaignState.from_bytes(b) for b in blobs], repeats)
-        rows.append((n, step, rebuild, model, decode, np.mean([len(b) for b in blobs])))
+        for model_dir in models:
+            rows.append((model_dir, n, *measure(model_dir, states, repeats)))
     print()
     print(
-        "| campaigns | stateless step (rebuild + encoder + policy) | of which rebuild + noise | model calls alone "
-        "(baseline: inputs kept between slots) | step / baseline | decode blobs | blob bytes |"
+        "| model | campaigns | stateless step (rebuild + encoder + policy) | of which rebuild + noise | model calls "
+        "alone (baseline: inputs kept between slots) | step / baseline | decode blobs | blob bytes |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for n, step, rebuild, model, decode, size in rows:
+    print("|:---|---:|---:|---:|---:|---:|---:|---:|")
+    for model_dir, n, step, rebuild, model, decode, size in rows:
         print(
-            f"| {n:,} | {step:.2f} ms ({1e3 * step / n:.0f} us each) | {rebuild:.2f} ms | {model:.2f} ms "
+            f"| {model_dir} | {n:,} | {step:.2f} ms ({1e3 * step / n:.0f} us each) | {rebuild:.2f} ms | {model:.2f} ms "
             f"| {step / model:.2f}x | {decode:.2f} ms | {size:,.0f} |"
         )
 

@@ -17,7 +17,6 @@ slots reported so far, so the stateless form bids exactly what the stateful PID 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -69,52 +68,41 @@ class ControllerGains:
             raise ValueError(f"initial_ratio must be in [{RATIO_FLOOR}, {RATIO_MAX}]")
 
 
-def _roi_errors(history: History) -> np.ndarray:
-    """``e_s`` for s = 1..t, shape ``(n, t)``: the clipped relative ROI gap after each reported slot."""
-    t = history.slot
-    delivery = np.cumsum(history.delivery[:, :t], axis=1)
-    cost = np.cumsum(history.cost[:, :t], axis=1)
+def _roi_errors(history: History, until: int) -> np.ndarray:
+    """``e_s`` for s = 1..until, shape ``(n, until)``: the clipped relative ROI gap after each reported slot."""
+    delivery = np.cumsum(history.delivery[:, :until], axis=1)
+    cost = np.cumsum(history.cost[:, :until], axis=1)
     target = history.registration.roi_target[:, None]
     return np.where(cost > 0, np.clip((roi(delivery, cost) - target) / target, -1.0, 1.0), 0.0)
 
 
 def controller_ratios(history: History, gains: ControllerGains | None = None) -> np.ndarray:
     """The controller's ratio for slot ``history.slot`` of every episode, ``(n,)`` in ``[0.01, 4]``."""
-    g = gains or ControllerGains()
-    n, t = history.n, history.slot
-    log_initial = np.log(g.initial_ratio)
-    if t == 0:
-        return np.full(n, float(np.clip(g.initial_ratio, RATIO_FLOOR, RATIO_MAX)))
-    errors = _roi_errors(history)
-    current = errors[:, -1]
-    previous = errors[:, -2] if t >= 2 else np.zeros(n)
-    log_ratio = log_initial + g.kp * current + g.ki * errors.sum(axis=1) + g.kd * (current - previous)
-    budget = history.registration.budget
-    budgeted = np.isfinite(budget)
-    if budgeted.any():
-        planned = np.concatenate([[0.0], np.cumsum(g.traffic_profile)])[1 : t + 1]  # before slots 1..t
-        spent = np.cumsum(history.cost[:, :t], axis=1) / np.where(budgeted, budget, 1.0)[:, None]
-        pace = np.clip((planned[None, :] - spent) / np.maximum(planned, 0.02)[None, :], -1.0, 1.0)
-        budget_log_ratio = log_initial + g.kp_budget * pace[:, -1] + g.ki_budget * pace.sum(axis=1)
-        log_ratio = np.where(budgeted, np.minimum(log_ratio, budget_log_ratio), log_ratio)
-    return np.clip(np.exp(log_ratio), RATIO_FLOOR, RATIO_MAX)
+    return controller_sequence(history, gains or ControllerGains())[:, -1]
 
 
 def controller_sequence(history: History, gains: ControllerGains, until: int | None = None) -> np.ndarray:
     """``(n, until + 1)``: the controller's ratio before each slot ``0..until`` (default: ``history.slot``).
 
-    Column ``k`` is :func:`controller_ratios` of the history's first ``k`` slots, computed the same way (so a
-    residual policy's base ratio and the shield's reference agree bit for bit)."""
-    last = history.slot if until is None else until
+    Column ``k`` is the law on the first ``k`` slots alone (what :func:`controller_ratios` answers after ``k``
+    slots), all prefixes in one vectorized pass: a residual policy reads every past slot's (its trajectory)."""
+    g = gains
+    n, last = history.n, history.slot if until is None else until
     if not 0 <= last <= history.slot:
         raise ValueError(f"slot {last} is not observed yet (history has {history.slot} slots)")
-    return np.stack([controller_ratios(prefix(history, k), gains) for k in range(last + 1)], axis=1)
-
-
-def prefix(history: History, slot: int) -> History:
-    """The history as it stood before slot ``slot`` (a view: the arrays are shared, only ``[:, :slot]`` is read)."""
-    if slot == history.slot:
-        return history
-    view = copy.copy(history)  # shallow: the stat arrays are shared, never written
-    view.slot = slot
-    return view
+    log_initial = np.log(g.initial_ratio)
+    log_ratio = np.full((n, last + 1), log_initial)
+    if last > 0:
+        errors = _roi_errors(history, last)  # e_1 .. e_last; prefix k reads e_1 .. e_k
+        previous = np.concatenate([np.zeros((n, 1)), errors[:, :-1]], axis=1)
+        roi_loop = log_initial + g.kp * errors + g.ki * np.cumsum(errors, axis=1) + g.kd * (errors - previous)
+        budget = history.registration.budget
+        budgeted = np.isfinite(budget)
+        if budgeted.any():
+            planned = np.cumsum(g.traffic_profile)[:last]  # the share of a day's traffic before slots 1..last
+            spent = np.cumsum(history.cost[:, :last], axis=1) / np.where(budgeted, budget, 1.0)[:, None]
+            pace = np.clip((planned[None, :] - spent) / np.maximum(planned, 0.02)[None, :], -1.0, 1.0)
+            budget_loop = log_initial + g.kp_budget * pace + g.ki_budget * np.cumsum(pace, axis=1)
+            roi_loop = np.where(budgeted[:, None], np.minimum(roi_loop, budget_loop), roi_loop)
+        log_ratio[:, 1:] = roi_loop
+    return np.clip(np.exp(log_ratio), RATIO_FLOOR, RATIO_MAX)

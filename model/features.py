@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
-from model.controller import ControllerGains, controller_ratios, controller_sequence, prefix
+from model.controller import ControllerGains, controller_sequence
 from model.history import History
 from model.roi import roi
 
@@ -105,7 +105,7 @@ def observe(history: History, slot: int | None = None, controller: ControllerGai
     if controller is None:
         return base
     t = history.slot if slot is None else slot
-    reference = controller_ratios(prefix(history, t), controller) / RATIO_MAX
+    reference = controller_sequence(history, controller, until=t)[:, -1] / RATIO_MAX
     return np.concatenate([base, np.clip(reference, 0.0, 1.0)[:, None]], axis=1)
 
 
@@ -137,8 +137,8 @@ def observation_sequence(history: History, controller: ControllerGains | None = 
     Bit for bit the same numbers as ``t+1`` calls of :func:`observe`, at the cost of about one: the prefix sums
     are taken exactly as :func:`raw_features` takes them (one numpy ``sum`` per prefix; a cumulative sum would
     round differently) and every formula is elementwise, so :func:`_features` runs once on ``(n, t+1)`` arrays.
-    With ``controller``, ``controller_ratio`` is the controller law run once per prefix
-    (:func:`model.controller.controller_sequence`, as :func:`observe` runs it).
+    With ``controller``, ``controller_ratio`` comes from one pass of the law over all prefixes
+    (:func:`model.controller.controller_sequence`, which :func:`observe` reads one column of).
     """
     t_max, n = history.slot, history.n
     width = t_max + 1

@@ -129,11 +129,15 @@ def test_the_observation_sequence_is_observe_at_every_prefix_bit_for_bit(seed: i
     assert observation_sequence(history).tobytes() == expected.tobytes()
 
 
+def stats_of(history: History) -> dict[str, np.ndarray]:
+    return {name: getattr(history, name) for name in ("ratios", "delivery", "cost", "wins", "auctions")}
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_the_controller_feature_is_the_reference_controllers_ratio_over_4(seed: int):
     """A residual model's extra feature: ``c_t / 4`` after the base features, which it leaves unchanged; the
     sequence (training's buffer, the encoder's trajectory) equals observe at every prefix, bit for bit."""
-    from model.controller import ControllerGains, controller_ratios, prefix
+    from model.controller import ControllerGains, controller_ratios
 
     rng = np.random.default_rng(100 + seed)
     n, slot = 4, int(rng.integers(1, SLOTS_PER_DAY + 1))
@@ -149,9 +153,35 @@ def test_the_controller_feature_is_the_reference_controllers_ratio_over_4(seed: 
         with_controller = observe(history, slot=s, controller=gains)
         assert with_controller.shape == (n, N_FEATURES + 1)
         assert np.array_equal(with_controller[:, :N_FEATURES], observe(history, slot=s))
-        expected = controller_ratios(prefix(history, s), gains) / 4
+        expected = controller_ratios(History.of_stats(history.registration, s, **stats_of(history)), gains) / 4
         assert np.array_equal(with_controller[:, N_FEATURES], expected) and np.all(expected > 0)
     assert observe(history, slot=0, controller=gains)[0, N_FEATURES] == pytest.approx(1.3 / 4)
     sequence = observation_sequence(history, gains)
     expected_sequence = np.stack([observe(history, s, gains) for s in range(slot + 1)], axis=1).astype(np.float32)
     assert sequence.tobytes() == expected_sequence.tobytes()
+
+
+def test_the_controller_sequence_is_the_law_on_each_prefix():
+    """One vectorized pass over all prefixes answers what the law answers on each prefix alone, with and without
+    a budget: the ROI loop's PID terms and the budget loop's PI terms, written out for a 3-slot history."""
+    from model.controller import ControllerGains, controller_ratios, controller_sequence
+
+    gains = ControllerGains(initial_ratio=1.2, kp=0.5, ki=0.1, kd=0.3, kp_budget=2.0, ki_budget=0.2)
+    history = History(Registration(roi_target=np.array([2.0, 2.0]), budget=np.array([np.inf, 30.0])))
+    for delivery, cost in ((6.0, 4.0), (2.0, 4.0), (0.0, 4.0)):
+        history.record(np.ones(2), np.full(2, delivery), np.full(2, cost), np.ones(2), np.full(2, 10.0))
+    sequence = controller_sequence(history, gains)
+    assert sequence.shape == (2, 4) and np.all(sequence[:, 0] == 1.2)
+    errors = [(6 / 4 - 2) / 2, (8 / 8 - 2) / 2, (8 / 12 - 2) / 2]  # cumulative ROI gaps after slots 1, 2, 3
+    for k in range(1, 4):
+        e, previous = errors[k - 1], errors[k - 2] if k >= 2 else 0.0
+        roi_loop = np.log(1.2) + 0.5 * e + 0.1 * sum(errors[:k]) + 0.3 * (e - previous)
+        planned = np.arange(1, k + 1) / SLOTS_PER_DAY
+        pace = np.clip((planned - 4.0 * np.arange(1, k + 1) / 30.0) / np.maximum(planned, 0.02), -1, 1)
+        budget_loop = np.log(1.2) + 2.0 * pace[-1] + 0.2 * pace.sum()
+        assert sequence[0, k] == pytest.approx(np.exp(roi_loop))
+        assert sequence[1, k] == pytest.approx(np.exp(min(roi_loop, budget_loop)))
+        cut = History.of_stats(history.registration, k, **stats_of(history))
+        assert np.array_equal(controller_ratios(cut, gains), sequence[:, k])
+    with pytest.raises(ValueError, match="not observed yet"):
+        controller_sequence(history, gains, until=4)
