@@ -55,6 +55,40 @@ def test_refuses_to_overwrite_and_resumes(run: Path, market: Path):
     assert after[:2] == before and after[2]["epoch"] == 2
     wrong = runner.invoke(app, ["train", "--data", str(market), "--setting", "mc", "--out", str(run), "--resume"])
     assert wrong.exit_code == 2 and "cannot be resumed" in wrong.output
+    residual = runner.invoke(app, [*args, "--epochs", "4", "--resume", "--residual"])
+    assert residual.exit_code == 2 and "--residual choice it was started with" in residual.output
+
+
+def test_a_residual_run_keeps_the_pid_it_corrects(market: Path, tmp_path: Path):
+    """``--residual``: the run tunes the PID on its train days first (or reads rcb evaluate's cache) and keeps
+    the gains and the traffic profile in run.json; its policy is then an ordinary evaluate method."""
+    from model.controller import GAIN_FIELDS
+
+    out = tmp_path / "residual"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "crl", "--epochs", "1"]
+    result = runner.invoke(app, [*args, "--updates-per-epoch", "20", "--residual", "--action-step", "0.5", "--json"])
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert config["residual"] and config["action_step"] == 0.5
+    assert set(config["controller"]) == {*GAIN_FIELDS, "traffic_profile"}
+    assert len(config["controller"]["traffic_profile"]) == 48
+    assert sum(config["controller"]["traffic_profile"]) == pytest.approx(1.0, abs=1e-6)
+    evaluated = tmp_path / "eval"
+    args = [
+        "evaluate",
+        str(market),
+        "--split",
+        "test",
+        "--methods",
+        f"{out},pid",
+        "--seeds",
+        "1",
+        "--out",
+        str(evaluated),
+    ]
+    result = runner.invoke(app, [*args, "--setting", "sc", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((evaluated / "summary.json").read_text())[str(out)]["n_episodes"] == 4
 
 
 def test_unknown_algo_is_a_clear_error(market: Path, tmp_path: Path):

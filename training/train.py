@@ -80,6 +80,9 @@ def run_training(
             raise RunError(f"{out} was trained on other data or another setting; it cannot be resumed here")
         if previous["config"]["algo"] != config.algo:
             raise RunError(f"{out} trains {previous['config']['algo']}, not {config.algo}")
+        if bool(previous["config"].get("residual", False)) != config.residual:
+            kind = "a residual" if config.residual else "a non-residual"
+            raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
         start_epoch = len(history)
