@@ -100,6 +100,11 @@ def test_buffer_relabels_rewards_with_the_current_stage():
     later = buffer.sample(np.random.default_rng(0), 64, stage_at(6, PAPER_CURRICULUM))
     np.testing.assert_allclose(later.reward.numpy(), sparse[episode, slot], rtol=1e-6, atol=1e-7)
     assert torch.equal(later.done, torch.as_tensor(slot == SLOTS_PER_DAY - 1, dtype=torch.float32))
+    # --roi-margin: the rewards hold the episodes to L (1 + margin); the observations are untouched.
+    tighter = buffer.sample(np.random.default_rng(0), 64, stage_at(6, PAPER_CURRICULUM), roi_margin=0.3)
+    held = indicator_reward(buffer.delivery, buffer.cost, 1.3 * buffer.roi_target, buffer.budget, buffer.oracle)
+    np.testing.assert_allclose(tighter.reward.numpy(), held[episode, slot], rtol=1e-6, atol=1e-7)
+    assert not np.array_equal(held, sparse) and torch.equal(tighter.obs, later.obs)
 
 
 def test_n_step_returns_sum_discounted_rewards_and_bootstrap_n_slots_ahead():

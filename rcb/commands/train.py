@@ -114,6 +114,10 @@ def train_command(
         float | None,
         typer.Option("--action-step", min=0.01, max=2.0, help="Largest log-ratio move of one action."),
     ] = _default("action_step"),
+    roi_margin: Annotated[
+        float | None,
+        typer.Option("--roi-margin", min=0.0, max=0.5, help="Rewards hold episodes to L x (1 + margin); L elsewhere."),
+    ] = _default("roi_margin"),
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
@@ -135,6 +139,7 @@ def train_command(
                 "uscb_gamma": uscb_gamma,
                 "rcpo_learning_rate": rcpo_learning_rate,
                 "action_step": action_step,
+                "roi_margin": roi_margin,
             }
             config = SACConfig(
                 algo=algo,

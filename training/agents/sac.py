@@ -113,6 +113,10 @@ class SACConfig:
     residual: bool = False
     """Relative actions around the reference controller: ``ratio_t = c_t exp(action_step tanh(u))``, ``c_t`` the
     PID tuned on the train days (:attr:`controller`), read by the policy as the ``controller_ratio`` feature."""
+    roi_margin: float = 0.0
+    """The rewards hold each training episode to ``L * (1 + roi_margin)`` (the features, the constraints and
+    model selection keep ``L``): a policy that spends its ROI slack down to ``L`` on train days falls just
+    below it on days it has not seen; a margin keeps a buffer, as a tuned PID does by itself."""
     controller: dict[str, Any] | None = None
     """A residual run's reference controller: the PID gains (``model.controller.GAIN_FIELDS``) and the train days'
     ``traffic_profile``, filled by ``rcb train`` from the market (the model card carries the same)."""
@@ -297,6 +301,7 @@ class EpisodeBuffer:
         per_episode: int = 16,
         n_step: int = 1,
         gamma: float = 0.99,
+        roi_margin: float = 0.0,
     ) -> Batch:
         """``batch`` transitions ``(o_t, a_t, R_t, o_{t+n}, done, discount)`` with rewards under ``stage``.
 
@@ -304,13 +309,14 @@ class EpisodeBuffer:
         observation it bootstraps from and ``discount = gamma^n`` its weight (``done`` when the day ended
         first). They come ``per_episode`` at a time from ``batch // per_episode`` episodes, so CBRL's encoder
         reads each sampled episode once (``steps``) and ``episode`` says which of them a transition is from.
+        ``roi_margin``: the rewards hold the episodes to ``L * (1 + roi_margin)`` (the observations keep ``L``).
         """
         groups = max(1, batch // per_episode)
         chosen = rng.integers(0, self.size, groups)
         group = np.repeat(np.arange(groups), per_episode)  # which sampled episode, per transition
         episode = chosen[group]  # its index in the buffer
         slot = rng.integers(0, SLOTS_PER_DAY, groups * per_episode)
-        stats = (self.delivery, self.cost, self.roi_target, self.budget, self.oracle)
+        stats = (self.delivery, self.cost, self.roi_target * (1.0 + roi_margin), self.budget, self.oracle)
         rewards = stage.rewards(*(x[chosen] for x in stats))
         ahead = slot[:, None] + np.arange(n_step)[None, :]  # the slots an n-step return sums
         inside = ahead < SLOTS_PER_DAY
@@ -577,7 +583,9 @@ def train(
         )
         stats = [
             agent.update(
-                buffer.sample(rng, config.batch_size, stage, n_step=n_step, gamma=config.gamma),
+                buffer.sample(
+                    rng, config.batch_size, stage, n_step=n_step, gamma=config.gamma, roi_margin=config.roi_margin
+                ),
                 train_actor=step >= refit,
             )
             for step in range(refit + config.updates_per_epoch)
