@@ -364,9 +364,7 @@ class SACAgent:
         torch.manual_seed(config.seed)
         latent = config.latent_dim if config.bayesian else 0
         width = obs_dim(config.residual)
-        self.controller = config.controller_gains()
-        if config.residual and self.controller is None:
-            raise ValueError("a residual run needs its reference controller (SACConfig.controller)")
+        self.controller = config.controller_gains()  # ValueError for a residual config without one
         self.encoder = (
             PosteriorEncoder(
                 transition_dim(config.residual), config.latent_dim, initial_std=config.posterior_initial_std
