@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
 from model.controller import ControllerGains
-from model.features import CONTROLLER_FEATURE, FEATURES, RESIDUAL_FEATURES
+from model.features import CONTROLLER_FEATURE, feature_set
 from model.history import SLOT_STATS
 from model.sampling import sample_posterior
 
@@ -213,7 +213,7 @@ class ModelCard(_Strict):
     @property
     def residual(self) -> bool:
         """The policy corrects the reference controller's ratio (it reads ``controller_ratio``, last)."""
-        return any(f.name == CONTROLLER_FEATURE.name for f in self.features)
+        return reads_controller(self.features)
 
     @property
     def expected_files(self) -> tuple[str, ...]:
@@ -257,10 +257,14 @@ class ModelCard(_Strict):
 
 
 def code_features(residual: bool = False) -> tuple[FeatureSpec, ...]:
-    """The feature list this code computes (:data:`model.features.FEATURES`, plus ``controller_ratio`` for a
-    residual model), as the card writes it."""
-    features = RESIDUAL_FEATURES if residual else FEATURES
-    return tuple(FeatureSpec(name=f.name, low=f.low, high=f.high) for f in features)
+    """The feature list this code computes (:func:`model.features.feature_set`: the base features, plus
+    ``controller_ratio`` for a residual model), as the card writes it."""
+    return tuple(FeatureSpec(name=f.name, low=f.low, high=f.high) for f in feature_set(residual))
+
+
+def reads_controller(features: tuple[FeatureSpec, ...]) -> bool:
+    """A residual model's feature list: it ends with ``controller_ratio``."""
+    return bool(features) and features[-1].name == CONTROLLER_FEATURE.name
 
 
 def file_sha256(path: Path) -> str:
@@ -315,8 +319,7 @@ def check_features(features: tuple[FeatureSpec, ...], where: Path | str) -> None
     """The artifact's features must be this code's, same names, order and clip ranges (or it reads garbage).
 
     Two lists are this code's: the base features, and the same plus ``controller_ratio`` (a residual model)."""
-    residual = bool(features) and features[-1].name == CONTROLLER_FEATURE.name
-    ours = code_features(residual)
+    ours = code_features(reads_controller(features))
     if tuple(features) == ours:
         return
     if [f.name for f in features] != [f.name for f in ours]:

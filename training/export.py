@@ -65,6 +65,7 @@ from model.features import obs_dim as features_width
 from model.trajectory import prefix_mask, transitions
 from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
+from training.agents.sac import reference_of
 from training.files import atomic_write_text
 from training.train import RUN_FILE, best_bidder, load_best, load_ensemble_bidder
 
@@ -366,10 +367,10 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
     if best_score is None and at_best:
         best_score = at_best.get("validation_score")
     config = body.get("config", saved.get("config", {}))
-    if config.get("residual"):  # the reference the policy was trained around, exactly (it reads its ratio)
-        reference = dict(config["controller"])
-        profile = tuple(float(x) for x in reference.pop("traffic_profile"))
-        controller: dict[str, float] | None = {k: float(v) for k, v in reference.items()}
+    reference = reference_of(bool(config.get("residual")), config.get("controller"))
+    if reference is not None:  # the reference the policy was trained around, exactly (it reads its ratio)
+        profile: tuple[float, ...] | None = reference.traffic_profile
+        controller: dict[str, float] | None = reference.tuned()
     else:
         profile, controller = _train_days_reference(body)
     jsonable = lambda x: json.loads(json.dumps(x, default=str))  # noqa: E731 - tuples, paths -> JSON types

@@ -232,4 +232,6 @@ def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
         encoder.load_state_dict(saved["encoder"])
         encoder.eval()
     policy.eval()
-    return PolicyBidder(policy, stochastic=False, encoder=encoder, controller=reference_of(config))
+    return PolicyBidder(
+        policy, stochastic=False, encoder=encoder, controller=reference_of(residual, config.get("controller"))
+    )

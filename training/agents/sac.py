@@ -171,7 +171,7 @@ class SACConfig:
 
     def controller_gains(self) -> ControllerGains | None:
         """The residual policy's reference controller (None for a non-residual run)."""
-        return reference_of(self.to_dict())
+        return reference_of(self.residual, self.controller)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -494,11 +494,11 @@ class SACAgent:
         self.updates += 1
 
 
-def reference_of(config: dict[str, Any]) -> ControllerGains | None:
-    """A run config's (:meth:`SACConfig.to_dict`) reference controller: None unless it is residual."""
-    if not config.get("residual"):
+def reference_of(residual: bool, controller: dict[str, Any] | None) -> ControllerGains | None:
+    """A run's reference controller from its config's ``residual`` and ``controller`` (:attr:`SACConfig.controller`,
+    as ``run.json`` and ``best.pt`` hold it): None unless it is residual."""
+    if not residual:
         return None
-    controller = config.get("controller")
     if not controller:
         raise ValueError("a residual run's config lacks its reference controller")
     return ControllerGains.with_profile(controller["traffic_profile"], {k: controller[k] for k in GAIN_FIELDS})
