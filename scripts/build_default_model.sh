@@ -11,8 +11,8 @@
 #   bash scripts/build_default_model.sh                                   # trains seed 0 (~8 min on 2 cores)
 #   RUN=runs/bench/mc/cbrl-s0 bash scripts/build_default_model.sh         # export a finished run
 #   RUNS='runs/suite/bench/mc/cbrl-s*' MARKET=data/suite/bench bash scripts/build_default_model.sh
-#       # model selection on validation days (held-out train days): the run with the best validation
-#       # score, or the ensemble of all RUNS if it scores higher there (rcb evaluate --split validation)
+#       # model selection on validation days (held-out train days), by the rule of training/selection.py:
+#       # the ensemble of all RUNS, unless the best single run beats it there by more than 0.02 ANS
 #
 # (scripts/results.sh and scripts/suite.sh train runs of exactly that config.) Scratch files land in $WORK.
 set -euo pipefail
@@ -30,29 +30,25 @@ if [ ! -f "$MARKET/manifest.json" ]; then
 fi
 finished() { [ -f "$1/run.json" ] && grep -q '"status": "done"' "$1/run.json"; }
 if [ -n "${RUNS:-}" ]; then  # model selection on validation days only, never test or OOD
-  RUN=$(.venv/bin/python - "$RUNS" <<'EOF'
-import glob, json, sys
-runs = [r for r in sorted(glob.glob(sys.argv[1])) if '"status": "done"' in open(f"{r}/run.json").read()]
-if not runs:
-    sys.exit(f"error: {sys.argv[1]} matches no finished training run")
-scores = {r: json.load(open(f"{r}/run.json"))["best_validation_score"] for r in runs}
-print(max(runs, key=scores.get))
-print("validation scores: " + ", ".join(f"{r} {s:.3f}" for r, s in scores.items()), file=sys.stderr)
+  mapfile -t MEMBERS < <(.venv/bin/python - "$RUNS" <<'EOF'
+import glob, sys
+from pathlib import Path
+runs = [r for r in sorted(Path(p) for p in glob.glob(sys.argv[1])) if (r / "run.json").is_file()]
+unfinished = [str(r) for r in runs if '"status": "done"' not in (r / "run.json").read_text()]
+if not runs or unfinished:
+    sys.exit(f"error: {sys.argv[1]} matches no training run" if not runs else f"error: unfinished runs: {unfinished}")
+print("\n".join(map(str, runs)))
 EOF
 )
-  echo "best single run: $RUN (best validation score)"
-  # The single best run or the ensemble of all RUNS: whichever scores higher on the validation days.
-  rcb evaluate "$MARKET" --setting mc --split validation --seeds 5 --methods "$RUN,ensemble:all=$RUNS" \
-    --out "$WORK/selection" > /dev/null
-  CHOICE=$(.venv/bin/python - "$WORK/selection/summary.json" "$RUN" <<'EOF'
-import json, sys
-summary, run = json.load(open(sys.argv[1])), sys.argv[2]
-single, ensemble = summary[run]["ans_median"], summary["ensemble:all"]["ans_median"]
-print("ensemble" if ensemble > single else "single")
-print(f"validation ANS (median over 5 seeds): best single run {single:.3f}, ensemble {ensemble:.3f}", file=sys.stderr)
-EOF
-)
-  echo "selected on validation days: $CHOICE"
+  # Each run plays the validation days once (run k with seed k, as in scripts/suite.sh), the ensemble with
+  # every seed; training.selection applies the rule fixed in advance (the ensemble unless the best run beats
+  # it by more than its margin).
+  rcb evaluate "$MARKET" --setting mc --split validation --seeds "${#MEMBERS[@]}" \
+    --methods "cbrl=$RUNS,ensemble:cbrl=$RUNS" --out "$WORK/selection" > /dev/null
+  SELECTION=$(.venv/bin/python -m training.selection "$WORK/selection" --json)
+  CHOICE=$(.venv/bin/python -c "import json, sys; print(json.loads(sys.argv[1])['choice'])" "$SELECTION")
+  RUN=${MEMBERS[$(.venv/bin/python -c "import json, sys; print(json.loads(sys.argv[1])['seed'])" "$SELECTION")]}
+  echo "selected on validation days: $(.venv/bin/python -m training.selection "$WORK/selection")"
 fi
 if [ -n "${RUN:-}" ]; then
   finished "$RUN" || { echo "error: $RUN is not a finished training run" >&2; exit 2; }
@@ -64,7 +60,6 @@ else
   fi
 fi
 if [ "${CHOICE:-single}" = ensemble ]; then
-  mapfile -t MEMBERS < <(.venv/bin/python -c "import glob, sys; print('\n'.join(sorted(glob.glob(sys.argv[1]))))" "$RUNS")
   rcb export "${MEMBERS[@]/#/--run=}" --out "$MODEL" --force
   REPLAYED="ensemble:all=$RUNS"
 else

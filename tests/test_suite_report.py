@@ -33,7 +33,14 @@ def test_verdicts_say_what_is_missed_and_by_how_much():
     assert got["shield_bound"] == "missed by 0.05 (`shield:cbrl`)"
     summary["cbrl"] = row(0.80, 0.85, seeds=5)
     assert verdicts(summary)["cbrl_first"] == "missed: CSR by 0.05"
-    assert verdicts({"cbrl": row(0.8, 1.0)}) == {"cbrl_first": "—", "ensemble_first": "—", "shield_bound": "—"}
+    assert got["selected_first"] == "—"  # no validation days evaluated
+    assert verdicts(summary, row(0.74, 0.95))["selected_first"] == "met"
+    assert verdicts({"cbrl": row(0.8, 1.0)}) == {
+        "cbrl_first": "—",
+        "ensemble_first": "—",
+        "selected_first": "—",
+        "shield_bound": "—",
+    }
 
 
 def test_table_has_a_row_per_market_setting_and_split(tmp_path: Path):
@@ -44,7 +51,7 @@ def test_table_has_a_row_per_market_setting_and_split(tmp_path: Path):
         (out / "summary.json").write_text(json.dumps(summary))
     text = table(tmp_path)
     assert "| bench | MC | test | 30 | 2 |" in text and "| sparse | MC | ood | 30 | 2 |" in text
-    assert text.count("| met |") == 2
+    assert text.count("| met |") == 2  # no validation days: nothing selected
     assert main([str(tmp_path / "missing")]) == 2
     assert main([str(tmp_path), "--plot", str(tmp_path / "suite.png")]) == 0
     assert (tmp_path / "suite.png").read_bytes()[:4] == b"\x89PNG"

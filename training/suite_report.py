@@ -6,6 +6,10 @@
 
 * **CBRL first**: median ANS over training seeds >= PID's + 0.03, with mean CSR >= PID's;
 * **shield bound**: every shielded learned method's CSR >= PID's CSR - 0.05.
+
+Where the suite also evaluated the validation days (``<setting>-validation``), the **selected** column is
+what :mod:`training.selection`'s rule ships for that market: the ensemble, or the best single run (its one
+seed's episodes), chosen on validation days only, and played on test and OOD.
 """
 
 from __future__ import annotations
@@ -14,6 +18,11 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
+
+from training.evaluation_report import per_seed_metrics
+from training.selection import Selection, select
 
 ANS_MARGIN = 0.03
 """CBRL must beat PID's median ANS by this much (issue 12)."""
@@ -40,6 +49,7 @@ METHOD_COLUMNS = (
 VERDICT_COLUMNS = (
     ("CBRL >= PID + 0.03, CSR >= PID's", "cbrl_first"),
     ("ensemble >= PID + 0.03, CSR >= PID's", "ensemble_first"),
+    ("selected >= PID + 0.03, CSR >= PID's", "selected_first"),
     ("shield CSR >= PID's - 0.05", "shield_bound"),
 )
 """The table's verdict columns: header, and the key of :func:`verdicts`."""
@@ -72,21 +82,53 @@ def _first(row: dict[str, Any] | None, pid: dict[str, Any]) -> str:
     return "met" if not misses else "missed: " + ", ".join(misses)
 
 
-def verdicts(summary: dict[str, dict[str, Any]]) -> dict[str, str]:
+def verdicts(summary: dict[str, dict[str, Any]], selected: dict[str, Any] | None = None) -> dict[str, str]:
     """The bars for one evaluation, each 'met' or what is missed: ``cbrl_first`` (the runs), ``ensemble_first``
-    (their ensemble) and ``shield_bound`` (the worst shielded learned method)."""
+    (their ensemble), ``selected_first`` (the ``selected`` row, see :func:`selected_row`) and ``shield_bound``
+    (the worst shielded learned method)."""
     pid = summary.get("pid")
-    out = {"cbrl_first": "—", "ensemble_first": "—", "shield_bound": "—"}
+    out = {"cbrl_first": "—", "ensemble_first": "—", "selected_first": "—", "shield_bound": "—"}
     if pid is None:
         return out
     out["cbrl_first"] = _first(summary.get("cbrl"), pid)
     out["ensemble_first"] = _first(summary.get("ensemble:cbrl"), pid)
+    out["selected_first"] = _first(selected, pid)
     shielded = {m: r for m, r in summary.items() if m.startswith("shield:")}
     if shielded:
         worst_method, worst = min(shielded.items(), key=lambda item: item[1]["csr"])
         gap = worst["csr"] - (pid["csr"] - CSR_SLACK)
         out["shield_bound"] = "met" if gap >= 0 else f"missed by {-gap:.2f} (`{worst_method}`)"
     return out
+
+
+def selection_of(root: Path, market: str, setting: str) -> Selection | None:
+    """The rule's choice for one market and setting, from ``root/<market>/<setting>-validation/episodes.csv``."""
+    path = root / market / f"{setting}-validation" / "episodes.csv"
+    if not path.is_file():
+        return None
+    try:
+        return select(pd.read_csv(path))
+    except ValueError:  # the runs did not play there
+        return None
+
+
+def selected_row(
+    root: Path, market: str, setting: str, split: str, summary: dict[str, dict[str, Any]]
+) -> dict[str, Any] | None:
+    """What the selected model scored on this split: the ensemble's row, or the chosen run's one seed."""
+    selection = selection_of(root, market, setting)
+    if selection is None:
+        return None
+    if selection.choice == "ensemble":
+        return summary.get("ensemble:cbrl")
+    path = root / market / f"{setting}-{split}" / "episodes.csv"
+    if not path.is_file():
+        return None
+    table = per_seed_metrics(pd.read_csv(path))
+    rows = table[(table["method"] == "cbrl") & (table["seed"] == selection.seed)]
+    if rows.empty:
+        return None
+    return {"ans_median": float(rows["ans"].iloc[0]), "csr": float(rows["csr"].iloc[0])}
 
 
 def table(root: Path, name: str = "CBRL") -> str:
@@ -101,6 +143,7 @@ def table(root: Path, name: str = "CBRL") -> str:
         *(title.replace("CBRL", name) for title, _ in METHOD_COLUMNS),
         "default model",
         "shield:default",
+        "selected",
         *(title.replace("CBRL", name) for title, _ in VERDICT_COLUMNS),
     ]
     numeric = len(header) - 3 - len(VERDICT_COLUMNS)
@@ -113,7 +156,10 @@ def table(root: Path, name: str = "CBRL") -> str:
         seeds = max(int(counted.get("n_seeds", 1)), 1)
         days = int(counted["n_episodes"]) // seeds
         zero = int(counted.get("n_zero_oracle", 0)) // seeds
-        verdict = verdicts(summary)
+        selected = selected_row(root, market, setting, split, summary)
+        selection = selection_of(root, market, setting)
+        verdict = verdicts(summary, selected)
+        picked = "" if selection is None else (" ens." if selection.choice == "ensemble" else f" s{selection.seed}")
         cells = [
             market,
             setting.upper(),
@@ -123,6 +169,7 @@ def table(root: Path, name: str = "CBRL") -> str:
             *(_cell(summary.get(method)) for _, method in METHOD_COLUMNS),
             _cell(_model_rows(summary, shielded=False)),
             _cell(_model_rows(summary, shielded=True)),
+            _cell(selected) + (picked if selected else ""),
             *(verdict[key] for _, key in VERDICT_COLUMNS),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -131,7 +178,9 @@ def table(root: Path, name: str = "CBRL") -> str:
         f" train days, one run per seed; {name} ensemble: those runs as one bidder (the median of their"
         " log-ratios), played with every seed; default model: the shipped"
         " `models/default` (trained on the benchmark"
-        " market), a transfer check. D*=0 days: days no bidder can reach the ROI target on (scored 1 if"
+        " market), a transfer check; selected: what training/selection.py's rule picks on the validation"
+        " days (ens.: the ensemble; sK: the run of seed K, its one seed's episodes). D*=0 days: days no bidder"
+        " can reach the ROI target on (scored 1 if"
         " feasible, else 0)."
     )
     return "\n".join([f"# Market suite ({name})", "", *lines, "", legend, ""])

@@ -1,0 +1,97 @@
+"""Model selection between a set of training runs and their ensemble, on validation days only (issue 12).
+
+The rule, fixed before the test and OOD days are read: **ship the ensemble** (the median log-ratio of all
+runs), **unless the best single run beats it on the validation days by more than** :data:`SELECTION_MARGIN`.
+
+Why the ensemble is the default: the best single run's validation score is a maximum over seeds (and each
+run's epoch was chosen on those same days), so it is biased upward by the seed spread, while the ensemble
+is one bidder whose score has no such maximum in it. On the benchmark market (session 5) the best run beat
+its ensemble on validation by 0.005 and then lost to it by 0.04 on test and 0.07 on OOD ANS.
+
+``python -m training.selection VALIDATION_DIR [--method cbrl] [--ensemble ensemble:cbrl]`` prints the choice
+for an ``rcb evaluate --split validation`` output that played the runs (``METHOD=RUNS``: run k with seed k)
+and their ensemble; ``scripts/build_default_model.sh`` and :mod:`training.suite_report` apply the same rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from training.evaluation_report import per_seed_metrics
+
+SELECTION_MARGIN = 0.02
+"""How much more validation ANS the best single run needs to be shipped instead of the ensemble: about the
+spread of the runs' best validation scores on the benchmark market (0.01-0.03 over five seeds)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The rule's choice: ``"ensemble"`` or ``"single"`` (then ``seed`` names the run: run k played seed k)."""
+
+    choice: str
+    seed: int | None
+    single_validation: float
+    ensemble_validation: float
+
+    def describe(self) -> str:
+        picked = "the ensemble" if self.choice == "ensemble" else f"the single run of seed {self.seed}"
+        return (
+            f"{picked} (validation ANS: best single run {self.single_validation:.3f} (seed {self.seed}), "
+            f"ensemble {self.ensemble_validation:.3f}; margin {SELECTION_MARGIN})"
+        )
+
+
+def choose(single_validation: float, ensemble_validation: float, margin: float = SELECTION_MARGIN) -> str:
+    """``"single"`` when the best run's validation ANS exceeds the ensemble's by more than ``margin``, else
+    ``"ensemble"`` (ties, and a missing ensemble score, go to the side that has a number)."""
+    if pd.isna(ensemble_validation):
+        return "single"
+    if pd.isna(single_validation):
+        return "ensemble"
+    return "single" if single_validation > ensemble_validation + margin else "ensemble"
+
+
+def select(
+    episodes: pd.DataFrame, method: str = "cbrl", ensemble: str = "ensemble:cbrl", margin: float = SELECTION_MARGIN
+) -> Selection:
+    """Apply the rule to validation ``episodes`` (``rcb evaluate``'s episodes.csv): each seed of ``method``
+    is one run, scored by its ANS over the days; ``ensemble`` is scored by its median ANS over seeds."""
+    table = per_seed_metrics(episodes)
+    runs = table[table["method"] == method]
+    if runs.empty:
+        raise ValueError(f"no episodes of {method!r} to select from (methods: {sorted(table['method'].unique())})")
+    best = runs.loc[runs["ans"].idxmax()]
+    merged = table.loc[table["method"] == ensemble, "ans"]
+    ensemble_score = float(merged.median()) if len(merged) else float("nan")
+    choice = choose(float(best["ans"]), ensemble_score, margin)
+    return Selection(choice, int(best["seed"]), float(best["ans"]), ensemble_score)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.selection", description=__doc__.splitlines()[0])
+    parser.add_argument("validation_dir", type=Path, help="an `rcb evaluate --split validation` output directory")
+    parser.add_argument("--method", default="cbrl", help="the runs' label in episodes.csv (default cbrl)")
+    parser.add_argument("--ensemble", default="ensemble:cbrl", help="the ensemble's label (default ensemble:cbrl)")
+    parser.add_argument("--json", action="store_true", help="print the selection as JSON")
+    args = parser.parse_args(argv)
+    path = args.validation_dir / "episodes.csv"
+    if not path.is_file():
+        print(f"{path}: no such file (run rcb evaluate --split validation first)", file=sys.stderr)
+        return 2
+    try:
+        selection = select(pd.read_csv(path), args.method, args.ensemble)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(selection.__dict__) if args.json else selection.describe())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
