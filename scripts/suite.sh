@@ -4,11 +4,14 @@
 # presets of training/market/suite.py (bench, sparse, shifted, volatile; seed 0, prior MC constraints),
 # plus the two importer fixtures (tests/fixtures), which are too small to train on: there the shipped
 # model and the baselines play, with and without the shield. CBRL plays as its SEEDS runs (run k with
-# seed k) and as one ensemble of them (ensemble:, the median log-ratio), each with and without the shield. Resumable: finished runs, markets and
-# evaluations are kept, an interrupted training run is resumed.
+# seed k) and as one ensemble of them (ensemble:, the median log-ratio), each with and without the shield.
+# The paper's RL rivals (RIVALS: Hard, CRL, USCB, RCPO) are trained with the same seeds and play beside it;
+# USCB's gamma and RCPO's dual-ascent step are the values scripts/results.sh validated per setting.
+# Resumable: finished runs, markets and evaluations are kept, an interrupted training run is resumed.
 #
-#   bash scripts/suite.sh                          # MC, 5 seeds, all four generated markets
-#   MARKETS="sparse" SEEDS=3 bash scripts/suite.sh # a subset
+#   bash scripts/suite.sh                          # MC, 5 seeds, all four generated markets, every method
+#                                                  # (100 runs: about 5 hours on 2 cores)
+#   MARKETS="sparse" SEEDS=3 RIVALS= bash scripts/suite.sh   # a subset, CBRL and the tuned baselines only
 #   SETTINGS="sc mc" JOBS=4 bash scripts/suite.sh  # both settings, more runs at once on a bigger machine
 #
 # Outputs: data/suite/<market>/ (markets), runs/suite/<market>/<setting>/cbrl-s<k>/ (runs),
@@ -24,8 +27,15 @@ DATA="${DATA:-data/suite}"
 RUNS="${RUNS:-runs/suite}"
 OUT="${OUT:-out/suite}"
 MODEL="${MODEL:-models/default}"    # the shipped model, played on every market as a transfer check
-TRAIN_ARGS="${TRAIN_ARGS:-}"       # extra `rcb train` options for every run (empty: the defaults)
+TRAIN_ARGS="${TRAIN_ARGS:-}"       # extra `rcb train` options for every CBRL run (empty: the defaults)
 FIXTURES="${FIXTURES:-1}"          # 0: skip the importer fixtures
+RIVALS="${RIVALS-hard crl uscb rcpo}"  # the RL rivals trained beside CBRL (empty: none)
+rival_args() {  # SETTING ALGO: the rival's validated knob (scripts/results.sh: gamma 3 SC / 2 MC, step 1)
+  case "$2" in
+    uscb) [ "$1" = mc ] && echo "--uscb-gamma 2" || echo "--uscb-gamma 3" ;;
+    rcpo) echo "--rcpo-learning-rate 1" ;;
+  esac
+}
 export TRAIN_ARGS
 source scripts/train_one.sh
 
@@ -53,6 +63,16 @@ for seed in $(seq 0 $((SEEDS - 1))); do
     done
   done
 done | run_jobs
+# The rivals: their own runs, without TRAIN_ARGS (those are CBRL's options).
+for seed in $(seq 0 $((SEEDS - 1))); do
+  for market in $MARKETS; do
+    for setting in $SETTINGS; do
+      for algo in $RIVALS; do
+        echo "$DATA/$market $setting $algo $seed $RUNS/$market/$setting/$algo-s$seed $(rival_args "$setting" "$algo")"
+      done
+    done
+  done
+done | TRAIN_ARGS= run_jobs
 
 # 3. Evaluations, $JOBS at once (each redone when a run finished after it was written).
 evaluate_one() {  # MARKET_DIR SETTING SPLIT OUT METHODS
@@ -75,6 +95,9 @@ mkdir -p "$OUT"
     for setting in $SETTINGS; do
       runs="$RUNS/$market/$setting/cbrl-s*"
       methods="rm,pid,cem,cbrl=$runs,shield:cbrl=$runs,ensemble:cbrl=$runs,shield:ensemble:cbrl=$runs"
+      for algo in $RIVALS; do
+        methods="$methods,$algo=$RUNS/$market/$setting/$algo-s*"
+      done
       methods="$methods,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
       for split in test ood; do
         mkdir -p "$OUT/$market"

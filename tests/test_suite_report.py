@@ -59,6 +59,11 @@ def test_table_has_a_row_per_market_setting_and_split(tmp_path: Path):
     assert "# Market suite (residual CBRL)" in renamed and "| residual CBRL ensemble |" in renamed
     assert "residual CBRL >= PID + 0.03" in renamed and renamed.count("| met |") == 2
     assert main([str(tmp_path), "--name", "residual CBRL"]) == 0
+    assert "| CRL |" not in text  # the rivals' columns appear only where they played
+    summary["crl"] = row(0.6, 0.8, seeds=5, days=30)
+    (tmp_path / "bench" / "mc-test" / "summary.json").write_text(json.dumps(summary))
+    with_rivals = table(tmp_path)
+    assert "| CRL |" in with_rivals and "| 0.600 (0.80) |" in with_rivals and "| Hard |" not in with_rivals
 
 
 def test_presets_differ_from_the_benchmark_in_what_they_say():

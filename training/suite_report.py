@@ -46,6 +46,8 @@ METHOD_COLUMNS = (
     ("shield:ensemble", "shield:ensemble:cbrl"),
 )
 """The table's method columns: header, and the method's label in ``summary.json``."""
+RIVAL_COLUMNS = (("Hard", "hard"), ("CRL", "crl"), ("USCB", "uscb"), ("RCPO", "rcpo"))
+"""The paper's RL rivals, shown when the suite trained them (``RIVALS`` of ``scripts/suite.sh``)."""
 VERDICT_COLUMNS = (
     ("CBRL >= PID + 0.03, CSR >= PID's", "cbrl_first"),
     ("ensemble >= PID + 0.03, CSR >= PID's", "ensemble_first"),
@@ -134,13 +136,16 @@ def selected_row(
 def table(root: Path, name: str = "CBRL") -> str:
     """The Markdown table; ``name`` titles the trained method's columns (e.g. ``residual CBRL`` for the runs of
     ``rcb train --residual``: they are labelled ``cbrl`` in the summaries all the same)."""
+    found = summaries(root)
+    rivals = tuple(c for c in RIVAL_COLUMNS if any(c[1] in summary for *_, summary in found))
+    columns = METHOD_COLUMNS[:3] + rivals + METHOD_COLUMNS[3:]
     header = [
         "market",
         "setting",
         "split",
         "days",
         "D*=0 days",
-        *(title.replace("CBRL", name) for title, _ in METHOD_COLUMNS),
+        *(title.replace("CBRL", name) for title, _ in columns),
         "default model",
         "shield:default",
         "selected",
@@ -151,7 +156,7 @@ def table(root: Path, name: str = "CBRL") -> str:
         "| " + " | ".join(header) + " |",
         "|" + "|".join([":---"] * 3 + ["---:"] * numeric + [":---"] * len(VERDICT_COLUMNS)) + "|",
     ]
-    for market, setting, split, summary in summaries(root):
+    for market, setting, split, summary in found:
         counted = summary.get("pid") or next(iter(summary.values()))
         seeds = max(int(counted.get("n_seeds", 1)), 1)
         days = int(counted["n_episodes"]) // seeds
@@ -166,7 +171,7 @@ def table(root: Path, name: str = "CBRL") -> str:
             split,
             str(days),
             str(zero),
-            *(_cell(summary.get(method)) for _, method in METHOD_COLUMNS),
+            *(_cell(summary.get(method)) for _, method in columns),
             _cell(_model_rows(summary, shielded=False)),
             _cell(_model_rows(summary, shielded=True)),
             _cell(selected) + (picked if selected else ""),
