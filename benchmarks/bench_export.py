@@ -89,9 +89,11 @@ def modules(run: Path | None) -> tuple[torch.nn.Module, torch.nn.Module, str]:
         if bidder.encoder is None:
             raise SystemExit(f"{run} is not a CBRL run (no posterior encoder)")
         return bidder.policy, bidder.encoder, str(run)
-    agent = SACAgent(SACConfig(algo="cbrl"))
+    # Non-residual: the networks' speed is the question here (a residual policy reads one more input feature,
+    # and its card needs a tuned PID this benchmark has no market to tune on).
+    agent = SACAgent(SACConfig(algo="cbrl", residual=False))
     assert agent.encoder is not None
-    return agent.actor, agent.encoder, "fresh CBRL agent, default SACConfig"
+    return agent.actor, agent.encoder, "fresh CBRL agent, default SACConfig (non-residual)"
 
 
 def main() -> None:

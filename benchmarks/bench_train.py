@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from machine import describe_machine  # benchmarks/machine.py, beside this script
 
 from model.contract import Setting
+from model.controller import ControllerGains
 from training.agents.sac import EpisodeBuffer, PolicyBidder, SACAgent, SACConfig, play_days
 from training.curriculum import SPARSE_ONLY
 from training.dayset import DaySet
@@ -37,12 +38,15 @@ from training.market.generator import config_with, generate_market
 
 def time_agent(algo: str, days: DaySet, updates: int, repeats: int, seed: int) -> tuple[float, float]:
     """Median seconds per update (over ``repeats`` blocks of ``updates``) and per 96-episode collection."""
-    config = SACConfig(algo=algo, seed=seed)
+    gains = ControllerGains()  # a residual run's reference PID: its untuned defaults time the same work
+    controller = {**gains.tuned(), "traffic_profile": list(gains.traffic_profile)}
+    config = SACConfig(algo=algo, seed=seed, controller=controller)
     torch.set_num_threads(config.torch_threads)
     agent = SACAgent(config)
     chosen = np.arange(min(24, len(days)))
-    buffer = EpisodeBuffer(config.buffer_episodes)
-    collect = lambda: play_days(PolicyBidder(agent.actor, True, agent.encoder), days, chosen, 4, seed)  # noqa: E731
+    buffer = EpisodeBuffer(config.buffer_episodes, agent.controller)
+    bidder = lambda: PolicyBidder(agent.actor, True, agent.encoder, controller=agent.controller)  # noqa: E731
+    collect = lambda: play_days(bidder(), days, chosen, 4, seed)  # noqa: E731
     outcome, oracle = collect()
     buffer.add(outcome.history, oracle)
     rng = np.random.default_rng(seed)

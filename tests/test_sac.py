@@ -14,7 +14,7 @@ from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.features import N_FEATURES
 from model.history import Registration
 from training.agents.networks import PREV_RATIO, TanhGaussianPolicy, TwinQ
-from training.agents.sac import OPTIMIZERS, EpisodeBuffer, PolicyBidder, SACAgent, SACConfig
+from training.agents.sac import OPTIMIZERS, RESIDUAL_ROI_MARGIN, EpisodeBuffer, PolicyBidder, SACAgent, SACConfig
 from training.bidders.base import play
 from training.curriculum import PAPER_CURRICULUM, stage_at
 from training.dayset import split_validation
@@ -166,6 +166,12 @@ def test_agent_state_round_trips_by_name_and_loads_positional_checkpoints():
 def test_config_and_validation_split():
     with pytest.raises(ValueError, match="unknown algo"):
         SACConfig(algo="nope")
+    # The default config: CBRL learns a residual of the tuned PID with a ROI margin; the rivals stay the paper's.
+    assert (SACConfig(algo="cbrl").residual, SACConfig(algo="cbrl").roi_margin) == (True, RESIDUAL_ROI_MARGIN)
+    assert (SACConfig(algo="crl").residual, SACConfig(algo="crl").roi_margin) == (False, 0.0)
+    assert SACConfig(algo="cbrl", residual=False).roi_margin == 0.0
+    assert SACConfig(algo="cbrl", roi_margin=0.1).roi_margin == 0.1
+    assert SACConfig(algo="hard", residual=True).roi_margin == RESIDUAL_ROI_MARGIN
     assert SACConfig(algo="hard").curriculum[0].b is None
     assert [s.b for s in SACConfig(algo="crl").curriculum] == [0.1, 0.2, None]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,24 @@ def test_a_residual_run_keeps_the_pid_it_corrects(market: Path, tmp_path: Path):
     result = runner.invoke(app, [*args, "--setting", "sc", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads((evaluated / "summary.json").read_text())[str(out)]["n_episodes"] == 4
+
+
+def test_cbrl_is_residual_with_a_margin_by_default_and_a_resume_keeps_the_choice(market: Path, tmp_path: Path):
+    out = tmp_path / "default-cbrl"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "cbrl"]
+    args += ["--updates-per-epoch", "5"]
+    result = runner.invoke(app, [*args, "--epochs", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert config["residual"] is True and config["roi_margin"] == 0.05 and config["controller"] is not None
+    resumed = runner.invoke(app, [*args, "--epochs", "2", "--resume", "--json"])  # no --residual: kept
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads((out / "run.json").read_text())["config"]["residual"] is True
+    plain = tmp_path / "plain-cbrl"
+    result = runner.invoke(app, [*args[:6], str(plain), *args[7:], "--epochs", "1", "--no-residual", "--json"])
+    assert result.exit_code == 0, result.output
+    config = json.loads((plain / "run.json").read_text())["config"]
+    assert config["residual"] is False and config["roi_margin"] == 0.0 and config["controller"] is None
 
 
 def test_unknown_algo_is_a_clear_error(market: Path, tmp_path: Path):
@@ -199,5 +218,7 @@ def test_help_shows_sacconfig_defaults():
     result = runner.invoke(app, ["train", "--help"], terminal_width=200)
     assert result.exit_code == 0
     text = " ".join(result.stdout.replace("│", " ").split())
-    assert f"Training epochs. [default: {config.epochs}]" in text
+    assert re.search(rf"Training epochs\..{{0,40}}\[default: {config.epochs}\]", text)  # rich may wrap the cell
+    # The residual choice and its margin depend on the algo: the help says so instead of a fixed default.
+    assert "Default: residual for cbrl, not for the rivals." in text and "[default: None]" not in text
     assert f"[default: {config.updates_per_epoch}]" in text and f"[default: {config.uscb_gamma}]" in text

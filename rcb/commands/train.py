@@ -42,13 +42,14 @@ def _default(name: str) -> Any:
     return sac_defaults().get(name)
 
 
-def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> None:
-    """What a run directory allows, checked before the bar and the work start (training.train checks it again)."""
+def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> dict[str, Any] | None:
+    """What a run directory allows, checked before the bar and the work start (training.train checks it again);
+    the resumed run's config, or None for a new run."""
     run_file = out / RUN_FILE
     if not run_file.exists():
         if resume:
             raise ValueError(f"--resume: {out} holds no run ({RUN_FILE}) to continue; drop --resume to start one")
-        return
+        return None
     if not resume:
         raise ValueError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     try:
@@ -60,6 +61,7 @@ def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> No
         raise ValueError(f"{out} was trained on other data or another setting; it cannot be resumed here")
     if trained_algo != algo:
         raise ValueError(f"{out} trains {trained_algo}, not {algo}")
+    return previous["config"]
 
 
 def train_command(
@@ -103,21 +105,28 @@ def train_command(
         ),
     ] = False,
     residual: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--residual",
+            "--residual/--no-residual",
             help="Learn a correction of the PID tuned on the train days (ratio = PID's x exp(step x action)),"
-            " not the control law itself.",
+            " not the control law itself. Default: residual for cbrl, not for the rivals.",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     action_step: Annotated[
         float | None,
         typer.Option("--action-step", min=0.01, max=2.0, help="Largest log-ratio move of one action."),
     ] = _default("action_step"),
     roi_margin: Annotated[
         float | None,
-        typer.Option("--roi-margin", min=0.0, max=0.5, help="Rewards hold episodes to L x (1 + margin); L elsewhere."),
-    ] = _default("roi_margin"),
+        typer.Option(
+            "--roi-margin",
+            min=0.0,
+            max=0.5,
+            help="Rewards hold episodes to L x (1 + margin); L elsewhere. Default: 0.05 for a residual run, else 0.",
+            show_default=False,
+        ),
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
@@ -131,7 +140,10 @@ def train_command(
     with user_errors():
         try:
             check_output_dir(out)
-            _check_resumable(out, setting, algo, resume)
+            resumed = _check_resumable(out, setting, algo, resume)
+            if resumed is not None and residual is None:  # a resumed run keeps the choices it started with
+                residual = bool(resumed.get("residual", False))
+                roi_margin = roi_margin if roi_margin is not None else float(resumed.get("roi_margin", 0.0))
             Market.open(data)  # a missing or malformed market is reported before the bar is drawn
             overrides = {
                 "epochs": epochs,
