@@ -68,7 +68,8 @@ for seed in $(seq 0 $((SEEDS - 1))); do
   for market in $MARKETS; do
     for setting in $SETTINGS; do
       for algo in $RIVALS; do
-        echo "$DATA/$market $setting $algo $seed $RUNS/$market/$setting/$algo-s$seed $(rival_args "$setting" "$algo")"
+        extra=$(rival_args "$setting" "$algo")  # no trailing blank: xargs -L would join the next line to it
+        echo "$DATA/$market $setting $algo $seed $RUNS/$market/$setting/$algo-s$seed${extra:+ $extra}"
       done
     done
   done
