@@ -47,7 +47,7 @@ EOF
     --methods "cbrl=$RUNS,ensemble:cbrl=$RUNS" --out "$WORK/selection" > /dev/null
   SELECTION=$(.venv/bin/python -m training.selection "$WORK/selection" --json)
   CHOICE=$(.venv/bin/python -c "import json, sys; print(json.loads(sys.argv[1])['choice'])" "$SELECTION")
-  RUN=${MEMBERS[$(.venv/bin/python -c "import json, sys; print(json.loads(sys.argv[1])['seed'])" "$SELECTION")]}
+  RUN=${MEMBERS[$(.venv/bin/python -c "import json, sys; print(json.loads(sys.argv[1])['best_seed'])" "$SELECTION")]}
   echo "selected on validation days: $(.venv/bin/python -m training.selection "$WORK/selection")"
 fi
 if [ -n "${RUN:-}" ]; then
@@ -90,14 +90,16 @@ for split in test ood; do
   rcb evaluate "$MARKET" --setting mc --split "$split" --methods "pid,onnx:$MODEL,shield:onnx:$MODEL" --seeds 5 \
     --out "$WORK/figures-$split" > /dev/null
 done
-.venv/bin/python - "$MODEL" "$MARKET" "$WORK" <<'EOF'
+.venv/bin/python - "$MODEL" "$MARKET" "$WORK" "${SELECTION:-}" <<'EOF'
 import json, sys
 from pathlib import Path
 
 from training.export import record_figures
 
-model, market, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+model, market, work, selection = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 measured = {"market": market, "seeds": 5, "metric": "median ANS over seeds, mean CSR (docs/metrics.md)"}
+if selection:  # how it was chosen: training.selection's rule on the validation days
+    measured["selection"] = {"rule": "training/selection.py", **json.loads(selection)}
 for split in ("test", "ood"):
     summary = json.loads((work / f"figures-{split}" / "summary.json").read_text())
     rows = {"model": f"onnx:{model}", "shielded": f"shield:onnx:{model}", "pid": "pid"}

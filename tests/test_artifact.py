@@ -253,6 +253,8 @@ def test_the_shipped_default_model_loads_and_bids():
     except ArtifactError as exc:
         pytest.fail(f"{exc}; {hint}")
     assert artifact.bayesian, hint
-    steps, mask = episode_steps(np.zeros((3, 6, N_FEATURES)), np.ones((3, 5)))
-    ratios = artifact.decide(np.zeros((3, N_FEATURES)), steps, mask, np.zeros((3, artifact.latent_dim)))
+    width = artifact.card.obs_dim  # 9 for a residual model (the controller's ratio last), else 8
+    assert width == (N_FEATURES + 1 if artifact.residual else N_FEATURES), hint
+    steps, mask = episode_steps(np.zeros((3, 6, width)), np.ones((3, 5)))
+    ratios = artifact.decide(np.zeros((3, width)), steps, mask, np.zeros((3, artifact.latent_dim)))
     assert ratios.shape == (3,) and np.all((ratios >= 0) & (ratios <= 4))

@@ -47,13 +47,13 @@ def test_the_ensemble_ships_unless_a_run_beats_it_by_more_than_the_margin():
 
 def test_select_scores_each_run_on_its_own_seed_and_names_the_best():
     got = select(played([0.60, 0.85, 0.70], ensemble=0.84))
-    assert (got.choice, got.seed) == ("ensemble", 1)
+    assert (got.choice, got.best_seed) == ("ensemble", 1)
     assert got.single_validation == pytest.approx(0.85) and got.ensemble_validation == pytest.approx(0.84)
     got = select(played([0.60, 0.90, 0.70], ensemble=0.84))
-    assert (got.choice, got.seed) == ("single", 1)
+    assert (got.choice, got.best_seed) == ("single", 1)
     # An infeasible run scores 0 on those days, whatever it delivered.
     frames = [episodes("cbrl", 0, [0.9] * 4, [False] * 4), episodes("cbrl", 1, [0.5] * 4)]
-    assert select(pd.concat(frames, ignore_index=True)).seed == 1
+    assert select(pd.concat(frames, ignore_index=True)).best_seed == 1
     with pytest.raises(ValueError, match="no episodes of 'cbrl'"):
         select(episodes("pid", 0, [0.5]))
 

@@ -32,17 +32,18 @@ spread of the runs' best validation scores on the benchmark market (0.01-0.03 ov
 
 @dataclass(frozen=True)
 class Selection:
-    """The rule's choice: ``"ensemble"`` or ``"single"`` (then ``seed`` names the run: run k played seed k)."""
+    """The rule's choice, ``"ensemble"`` or ``"single"``, and the best single run (run k played seed k), the one
+    shipped when the choice is ``"single"``."""
 
     choice: str
-    seed: int | None
+    best_seed: int
     single_validation: float
     ensemble_validation: float
 
     def describe(self) -> str:
-        picked = "the ensemble" if self.choice == "ensemble" else f"the single run of seed {self.seed}"
+        picked = "the ensemble" if self.choice == "ensemble" else f"the single run of seed {self.best_seed}"
         return (
-            f"{picked} (validation ANS: best single run {self.single_validation:.3f} (seed {self.seed}), "
+            f"{picked} (validation ANS: best single run {self.single_validation:.3f} (seed {self.best_seed}), "
             f"ensemble {self.ensemble_validation:.3f}; margin {SELECTION_MARGIN})"
         )
 

@@ -127,7 +127,7 @@ def selected_row(
     if not path.is_file():
         return None
     table = per_seed_metrics(pd.read_csv(path))
-    rows = table[(table["method"] == "cbrl") & (table["seed"] == selection.seed)]
+    rows = table[(table["method"] == "cbrl") & (table["seed"] == selection.best_seed)]
     if rows.empty:
         return None
     return {"ans_median": float(rows["ans"].iloc[0]), "csr": float(rows["csr"].iloc[0])}
@@ -164,7 +164,9 @@ def table(root: Path, name: str = "CBRL") -> str:
         selected = selected_row(root, market, setting, split, summary)
         selection = selection_of(root, market, setting)
         verdict = verdicts(summary, selected)
-        picked = "" if selection is None else (" ens." if selection.choice == "ensemble" else f" s{selection.seed}")
+        picked = ""
+        if selection is not None:
+            picked = " ens." if selection.choice == "ensemble" else f" s{selection.best_seed}"
         cells = [
             market,
             setting.upper(),
