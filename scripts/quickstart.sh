@@ -77,38 +77,7 @@ for name in fresh default; do
 done
 
 step "6/6 results"
-.venv/bin/python - "$OUT" <<'EOF'
-import json
-import sys
-from pathlib import Path
-
-out = Path(sys.argv[1])
-offline = json.loads((out / "evaluate" / "summary.json").read_text())
-names = {f"onnx:{out}/model": "CBRL trained now", "onnx:models/default": "CBRL default model"}
-rows = []
-for name, summary in offline.items():
-    shielded = name.startswith("shield:")
-    label = names.get(name.removeprefix("shield:"), name) + (" + shield" if shielded else "")
-    rows.append((label + ", offline", summary))
-for name, title in (("fresh", "CBRL trained now"), ("default", "CBRL default model")):
-    summary = json.loads((out / f"replay-{name}" / "summary.json").read_text())["service"]
-    rows.append((title + " + shield, through the service", summary))
-print(f"\nMC test days of {out / 'market'}: ANS (mean D/D*, 0 when infeasible), CSR (share of feasible days)\n")
-print(f"| {'method':<52} | {'ANS':>6} | {'CSR':>5} | {'days':>4} |")
-print(f"|{'-' * 54}|{'-' * 8}|{'-' * 7}|{'-' * 6}|")
-for label, s in rows:
-    print(f"| {label:<52} | {s['ans_mean']:6.3f} | {s['csr']:5.2f} | {s['n_episodes']:4d} |")
-card = json.loads((out / "model" / "model.json").read_text())
-default = json.loads(Path("models/default/model.json").read_text())
-print(
-    f"\nCBRL trained now: the default config, {card['training']['epochs']} epochs on this market's train days "
-    f"(best validation score {card['evaluation']['best_validation_score']:.3f}). CBRL default model "
-    f"(models/default): the same config trained on the benchmark market's train days (best validation "
-    f"{default['evaluation']['best_validation_score']:.3f}), served here on days it has not seen. The service "
-    "runs the safety shield by default: its episodes equal the offline '+ shield' rows."
-)
-print("Full results on the benchmark market (5 seeds x 8 methods, SC/MC, test/OOD): RESULTS.md")
-EOF
+.venv/bin/python -m training.quickstart_report "$OUT"
 echo "outputs in $OUT: market/, market_report.png, run-cbrl/ (curves.png), model/, evaluate/ (tables, plots)," >&2
 echo "  replay-fresh/ and replay-default/ (the service's own episodes, slots.csv, plots)" >&2
 if [ "$KEEP_SERVING" = 1 ]; then
