@@ -1,11 +1,13 @@
 """Benchmark: the cost of one SAC gradient update and of one epoch's collection, CBRL against plain SAC (CRL).
 
-Both agents use the default ``SACConfig`` (one torch thread) and update from the same replay buffer:
+Three configs, CRL, the paper-form CBRL and the default (residual) CBRL, all otherwise the default
+``SACConfig`` (one torch thread), update from the same kind of replay buffer:
 96 stochastic episodes (the 24 training days of a generated market, 4 episodes each). The script
 times ``--updates`` updates of each and one collection of the 96 episodes, then prints the medians
-side by side with CBRL's cost as a multiple of CRL's. CBRL's extra cost is its posterior encoder: a
+side by side with each one's cost as a multiple of CRL's. CBRL's extra cost is its posterior encoder: a
 forward and backward pass over every sampled episode in each update, and an encoding of the
-transitions seen so far at every slot while acting.
+transitions seen so far at every slot while acting. The residual adds the PID's ratio on every prefix
+(one more feature) to each observation rebuild.
 
 Run: ``.venv/bin/python benchmarks/bench_train.py`` (generates a 30-day market of ``--impressions``
 impressions a day into a temporary directory first).
@@ -35,12 +37,21 @@ from training.dayset import DaySet
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 
+VARIANTS = {
+    "CRL (plain SAC)": ("crl", None),
+    "CBRL, paper form": ("cbrl", False),
+    "CBRL (default: residual)": ("cbrl", True),
+}
+"""The timed configs: name -> (algo, residual); ``None`` is SACConfig's default for the algo."""
 
-def time_agent(algo: str, days: DaySet, updates: int, repeats: int, seed: int) -> tuple[float, float]:
+
+def time_agent(
+    algo: str, residual: bool | None, days: DaySet, updates: int, repeats: int, seed: int
+) -> tuple[float, float]:
     """Median seconds per update (over ``repeats`` blocks of ``updates``) and per 96-episode collection."""
     gains = ControllerGains()  # a residual run's reference PID: its untuned defaults time the same work
     controller = {**gains.tuned(), "traffic_profile": list(gains.traffic_profile)}
-    config = SACConfig(algo=algo, seed=seed, controller=controller)
+    config = SACConfig(algo=algo, seed=seed, controller=controller, residual=residual)
     torch.set_num_threads(config.torch_threads)
     agent = SACAgent(config)
     chosen = np.arange(min(24, len(days)))
@@ -75,23 +86,25 @@ def main() -> None:
         generate_market(root, config_with(days_id=60, days_ood=0, impressions_per_day=args.impressions, seed=0))
         days = DaySet.load(Market.open(root), "train", Setting.SC)
         print(f"market: {len(days)} train days x {args.impressions:,} impressions; 96 episodes in the buffer")
-        results = {algo: time_agent(algo, days, args.updates, args.repeats, args.seed) for algo in ("crl", "cbrl")}
-    (crl_update, crl_collect), (cbrl_update, cbrl_collect) = results["crl"], results["cbrl"]
-    print(f"\nmedian of {args.repeats} blocks of {args.updates} updates (batch 256) and of {args.repeats} collections")
-    print(f"  {'':<28} {'CRL (plain SAC)':>16} {'CBRL':>10} {'CBRL / CRL':>11}")
-    print(
-        f"  {'one gradient update':<28} {crl_update * 1e3:>13.1f} ms {cbrl_update * 1e3:>7.1f} ms "
-        f"{cbrl_update / crl_update:>10.2f}x"
-    )
-    print(
-        f"  {'collect 96 episodes':<28} {crl_collect:>14.2f} s {cbrl_collect:>8.2f} s "
-        f"{cbrl_collect / crl_collect:>10.1f}x"
-    )
+        results = {
+            name: time_agent(algo, residual, days, args.updates, args.repeats, args.seed)
+            for name, (algo, residual) in VARIANTS.items()
+        }
     updates = SACConfig().updates_per_epoch
-    epoch = lambda update, collect: updates * update + collect  # noqa: E731
-    crl_epoch, cbrl_epoch = epoch(crl_update, crl_collect), epoch(cbrl_update, cbrl_collect)
-    label = f"an epoch ({updates} updates)"
-    print(f"  {label:<28} {crl_epoch:>14.1f} s {cbrl_epoch:>8.1f} s {cbrl_epoch / crl_epoch:>10.2f}x")
+    print(f"\nmedian of {args.repeats} blocks of {args.updates} updates (batch 256) and of {args.repeats} collections;")
+    print(f"an epoch = {updates} updates + one collection; x CRL: the ratio to plain SAC in the same run")
+    print(
+        f"  {'':<26} {'one update':>11} {'x CRL':>6} {'collect 96 episodes':>20} {'x CRL':>6}"
+        f" {'an epoch':>9} {'x CRL':>6}"
+    )
+    base_update, base_collect = results["CRL (plain SAC)"]
+    base_epoch = updates * base_update + base_collect
+    for name, (update, collect) in results.items():
+        epoch = updates * update + collect
+        print(
+            f"  {name:<26} {update * 1e3:>8.1f} ms {update / base_update:>5.2f}x {collect:>18.2f} s"
+            f" {collect / base_collect:>5.1f}x {epoch:>7.1f} s {epoch / base_epoch:>5.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 # (and the shipped default model beside it) with the embedded store, replay the held-out days through the
 # HTTP API as an ad engine would, and print the results. Outputs land in $OUT (default out/quickstart).
 #
-#   bash scripts/quickstart.sh                 # ~7 minutes on 2 cores, plus the first-run install (2-4 minutes)
+#   bash scripts/quickstart.sh                 # 4-9 minutes on 2 cores, plus the first-run install (1-4 minutes)
 #   KEEP_SERVING=0 bash scripts/quickstart.sh  # stop the service at the end instead of leaving it up
 set -euo pipefail
 cd "$(dirname "$0")/.."
