@@ -26,7 +26,7 @@ Features (all clipped to the range listed in :data:`FEATURES`, so training and s
 ``has_budget``       1 when the episode has a budget
 ===================  ==========================================================================
 
-A **residual** model (``rcb train --residual``) reads one more feature, last:
+A **residual** model (``rcb train --algo cbrl``, the default, or ``--residual``) reads one more feature, last:
 
 ===================  ==========================================================================
 ``controller_ratio`` ``c_t / 4``: the ratio the reference controller (:mod:`model.controller`, the PID
