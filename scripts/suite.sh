@@ -26,7 +26,13 @@ JOBS="${JOBS:-2}"
 DATA="${DATA:-data/suite}"
 RUNS="${RUNS:-runs/suite}"
 OUT="${OUT:-out/suite}"
-MODEL="${MODEL:-models/default}"    # the shipped model, played on every market as a transfer check
+MODEL="${MODEL:-models/default}"    # the shipped model, played on every market of its setting (a transfer check)
+MODEL_SETTING=$(.venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['setting'])" \
+  "$MODEL/model.json")
+model_methods() {  # SETTING: the shipped model alone and shielded, where it was trained for that setting
+  [ "$1" = "$MODEL_SETTING" ] && echo ",onnx:$MODEL,shield:onnx:$MODEL"
+  return 0
+}
 TRAIN_ARGS="${TRAIN_ARGS:-}"       # extra `rcb train` options for every CBRL run (empty: the defaults)
 FIXTURES="${FIXTURES:-1}"          # 0: skip the importer fixtures
 RIVALS="${RIVALS-hard crl uscb rcpo}"  # the RL rivals trained beside CBRL (empty: none)
@@ -99,7 +105,7 @@ mkdir -p "$OUT"
       for algo in $RIVALS; do
         methods="$methods,$algo=$RUNS/$market/$setting/$algo-s*"
       done
-      methods="$methods,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
+      methods="$methods$(model_methods "$setting"),oracle-slot"
       for split in test ood; do
         mkdir -p "$OUT/$market"
         echo "$DATA/$market $setting $split $OUT/$market/$setting-$split $methods"
@@ -112,7 +118,7 @@ mkdir -p "$OUT"
     for fixture in fixture-cbrl-syn fixture-auctionnet; do
       for setting in $SETTINGS; do
         mkdir -p "$OUT/$fixture"
-        echo "$DATA/$fixture $setting test $OUT/$fixture/$setting-test rm,pid,onnx:$MODEL,shield:onnx:$MODEL,oracle-slot"
+        echo "$DATA/$fixture $setting test $OUT/$fixture/$setting-test rm,pid$(model_methods "$setting"),oracle-slot"
       done
     done
   fi
