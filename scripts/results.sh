@@ -36,7 +36,7 @@ fi
 source scripts/train_one.sh
 train_one() { train_run "$MARKET" "$@"; }
 export -f train_one
-run_jobs() { xargs -P "$JOBS" -L 1 bash -c 'train_one "$@"' _; }
+run_jobs() { xargs -r -P "$JOBS" -L 1 bash -c 'train_one "$@"' _; }
 
 # 1. The rivals' own knobs, per setting, on validation days: USCB's gamma, RCPO's dual-ascent step.
 for setting in sc mc; do

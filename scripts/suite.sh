@@ -122,7 +122,7 @@ mkdir -p "$OUT"
       done
     done
   fi
-} | xargs -P "$JOBS" -L 1 bash -c 'evaluate_one "$@"' _
+} | xargs -r -P "$JOBS" -L 1 bash -c 'evaluate_one "$@"' _
 
 # 4. The per-market table.
 .venv/bin/python -m training.suite_report "$OUT" --plot "$OUT/suite.png" > "$OUT/SUITE.md"

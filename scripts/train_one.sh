@@ -23,4 +23,4 @@ train_run() {
   echo "trained $out"
 }
 export -f train_run
-run_jobs() { xargs -P "${JOBS:-2}" -L 1 bash -c 'train_run "$@"' _; }
+run_jobs() { xargs -r -P "${JOBS:-2}" -L 1 bash -c 'train_run "$@"' _; }  # -r: no input, no run
