@@ -141,9 +141,9 @@ def train_command(
         try:
             check_output_dir(out)
             resumed = _check_resumable(out, setting, algo, resume)
-            if resumed is not None and residual is None:  # a resumed run keeps the choices it started with
-                residual = bool(resumed.get("residual", False))
-                roi_margin = roi_margin if roi_margin is not None else float(resumed.get("roi_margin", 0.0))
+            if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
+                residual = bool(resumed.get("residual", False)) if residual is None else residual
+                roi_margin = float(resumed.get("roi_margin", 0.0)) if roi_margin is None else roi_margin
             Market.open(data)  # a missing or malformed market is reported before the bar is drawn
             overrides = {
                 "epochs": epochs,
