@@ -45,10 +45,11 @@ EOF
   # it by more than its margin).
   rcb evaluate "$MARKET" --setting mc --split validation --seeds "${#MEMBERS[@]}" \
     --methods "cbrl=$RUNS,ensemble:cbrl=$RUNS" --out "$WORK/selection" > /dev/null
-  SELECTION=$(.venv/bin/python -m training.selection "$WORK/selection" --json)
-  CHOICE=$(.venv/bin/python -c "import json, sys; print(json.loads(sys.argv[1])['choice'])" "$SELECTION")
-  RUN=${MEMBERS[$(.venv/bin/python -c "import json, sys; print(json.loads(sys.argv[1])['best_seed'])" "$SELECTION")]}
-  echo "selected on validation days: $(.venv/bin/python -m training.selection "$WORK/selection")"
+  echo -n "selected on validation days: " >&2
+  SELECTION=$(.venv/bin/python -m training.selection "$WORK/selection" --json)  # the choice's description: stderr
+  read -r CHOICE BEST_SEED < <(.venv/bin/python -c \
+    "import json, sys; s = json.loads(sys.argv[1]); print(s['choice'], s['best_seed'])" "$SELECTION")
+  RUN=${MEMBERS[$BEST_SEED]}
 fi
 if [ -n "${RUN:-}" ]; then
   finished "$RUN" || { echo "error: $RUN is not a finished training run" >&2; exit 2; }

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from training.selection import SELECTION_MARGIN, choose, main, select
-from training.suite_report import selected_row, table
+from training.suite_report import selected_row, selection_of, table
 
 
 def episodes(method: str, seed: int, scores: list[float], feasible: list[bool] | None = None) -> pd.DataFrame:
@@ -81,6 +81,8 @@ def test_suite_report_plays_the_selection_on_test(tmp_path: Path):
     summary = {"pid": {"ans_median": 0.6, "csr": 1.0, "n_seeds": 1, "n_episodes": 4, "n_zero_oracle": 0}}
     (market / "mc-test" / "summary.json").write_text(json.dumps(summary))
     # Validation picked seed 1 (0.9 > 0.8 + margin): on test it is that run's own episodes, 0.5.
-    assert selected_row(tmp_path, "bench", "mc", "test", summary) == pytest.approx({"ans_median": 0.5, "csr": 1.0})
+    selection = selection_of(tmp_path, "bench", "mc")
+    got = selected_row(tmp_path, "bench", "mc", "test", summary, selection)
+    assert got == pytest.approx({"ans_median": 0.5, "csr": 1.0})
     text = table(tmp_path)
     assert "0.500 (1.00) s1" in text and "missed: ANS by 0.130" in text

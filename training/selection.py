@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("validation_dir", type=Path, help="an `rcb evaluate --split validation` output directory")
     parser.add_argument("--method", default="cbrl", help="the runs' label in episodes.csv (default cbrl)")
     parser.add_argument("--ensemble", default="ensemble:cbrl", help="the ensemble's label (default ensemble:cbrl)")
-    parser.add_argument("--json", action="store_true", help="print the selection as JSON")
+    parser.add_argument("--json", action="store_true", help="print the selection as JSON (its description on stderr)")
     args = parser.parse_args(argv)
     path = args.validation_dir / "episodes.csv"
     if not path.is_file():
@@ -90,7 +90,11 @@ def main(argv: list[str]) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(selection.__dict__) if args.json else selection.describe())
+    if args.json:
+        print(selection.describe(), file=sys.stderr)
+        print(json.dumps(asdict(selection)))
+    else:
+        print(selection.describe())
     return 0
 
 

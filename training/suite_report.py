@@ -115,10 +115,15 @@ def selection_of(root: Path, market: str, setting: str) -> Selection | None:
 
 
 def selected_row(
-    root: Path, market: str, setting: str, split: str, summary: dict[str, dict[str, Any]]
+    root: Path,
+    market: str,
+    setting: str,
+    split: str,
+    summary: dict[str, dict[str, Any]],
+    selection: Selection | None,
 ) -> dict[str, Any] | None:
-    """What the selected model scored on this split: the ensemble's row, or the chosen run's one seed."""
-    selection = selection_of(root, market, setting)
+    """What ``selection`` (:func:`selection_of` the market and setting) scored on this split: the ensemble's row,
+    or the chosen run's one seed."""
     if selection is None:
         return None
     if selection.choice == "ensemble":
@@ -156,13 +161,14 @@ def table(root: Path, name: str = "CBRL") -> str:
         "| " + " | ".join(header) + " |",
         "|" + "|".join([":---"] * 3 + ["---:"] * numeric + [":---"] * len(VERDICT_COLUMNS)) + "|",
     ]
+    selections = {(m, st): selection_of(root, m, st) for m, st in {(m, st) for m, st, *_ in found}}
     for market, setting, split, summary in found:
         counted = summary.get("pid") or next(iter(summary.values()))
         seeds = max(int(counted.get("n_seeds", 1)), 1)
         days = int(counted["n_episodes"]) // seeds
         zero = int(counted.get("n_zero_oracle", 0)) // seeds
-        selected = selected_row(root, market, setting, split, summary)
-        selection = selection_of(root, market, setting)
+        selection = selections[market, setting]  # read once per market and setting, not per split
+        selected = selected_row(root, market, setting, split, summary, selection)
         verdict = verdicts(summary, selected)
         picked = ""
         if selection is not None:
