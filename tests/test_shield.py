@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import asdict
 
 import numpy as np
 import pytest
+import typer
 from artifact_fixtures import SETTING, exported_runs
 
 from model.artifact import load_artifact
@@ -17,8 +19,9 @@ from training.bidders.base import play
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
-from training.evaluate import evaluate, parse_methods
+from training.evaluate import EvaluationError, evaluate, parse_methods
 from training.market.dataset import Market
+from training.shield_sweep import parse_config, sweep
 
 
 def history_with(roi: float, slots: int = 10, budget: float | None = None, cost_per_slot: float = 10.0) -> History:
@@ -56,21 +59,48 @@ def test_a_ratio_inside_the_band_is_left_alone():
 
 def test_the_band_narrows_as_the_roi_or_the_budget_comes_under_threat():
     gains, config = ControllerGains(), ShieldConfig()
-    threats = [threat_level(history_with(roi=roi), gains, config)[0] for roi in (2.0, 1.1, 1.0, 0.85, 0.7, 0.5)]
+    # A ramp from L * 1.1 (no threat) down to L * 0.7 (full threat).
+    ramp = ShieldConfig(roi_alarm=0.3, tight=0.1, tight_above=0.1)
+    threats = [threat_level(history_with(roi=roi), gains, ramp)[0] for roi in (2.0, 1.1, 1.0, 0.85, 0.7, 0.5)]
     assert threats[0] == threats[1] == 0.0 and threats[-2] == threats[-1] == 1.0
     assert all(a <= b for a, b in itertools.pairwise(threats)) and 0 < threats[3] < 1
-    # An alarm at the target itself: full threat from ROI = L down.
-    assert threat_level(history_with(roi=1.0), gains, ShieldConfig(roi_alarm=0.0))[0] == 1.0
+    # The default alarm is the target itself: full threat from ROI = L down, part of it just above.
+    assert threat_level(history_with(roi=1.0), gains, config)[0] == 1.0
+    assert 0 < threat_level(history_with(roi=1.05), gains, config)[0] < 1
     with pytest.raises(ValueError, match="roi_slack"):
         ShieldConfig(roi_slack=0.0, roi_alarm=0.0)
     # The band's half-width follows the threat (where the controller's ratio leaves room on both sides).
-    out = shield(history_with(roi=0.85), np.array([1.0]), gains, config)
-    expected = config.wide * (1 - out.threat[0]) + config.tight * out.threat[0]
+    out = shield(history_with(roi=0.85), np.array([1.0]), gains, ramp)
+    expected = ramp.wide * (1 - out.threat[0]) + ramp.tight * out.threat[0]
     assert np.log(out.high[0] / out.low[0]) / 2 == pytest.approx(expected)
     # Budget: 10 of 48 slots in, 100 of a 120 budget spent (83% vs ~21% planned): full threat.
     assert threat_level(history_with(roi=2.0, budget=120.0), gains, config)[0] == 1.0
     assert threat_level(history_with(roi=2.0, budget=10_000.0), gains, config)[0] == 0.0
-    assert threat_level(history_with(roi=0.1, slots=1), gains, config)[0] == 0.0  # warm-up: one slot is noise
+    # Warm-up: the first slots' ROI is noise.
+    assert threat_level(history_with(roi=0.1, slots=config.warmup_slots - 1), gains, config)[0] == 0.0
+    assert threat_level(history_with(roi=0.1, slots=config.warmup_slots), gains, config)[0] == 1.0
+
+
+def test_the_band_can_close_above_the_controller_while_it_still_lifts_a_collapse():
+    """``tight_above``: under full threat the upper edge closes to its own width, the lower edge to ``tight``."""
+    gains, config = ControllerGains(), ShieldConfig(tight_above=0.0, tight=0.3, roi_alarm=0.3)
+    losing = history_with(roi=0.6)
+    reference = controller_ratios(losing, gains)[0]
+    out = shield(losing, np.array([4.0]), gains, config)
+    assert out.threat[0] == 1.0 and out.acted[0] and out.ratio[0] == pytest.approx(reference)
+    assert shield(losing, np.array([0.0]), gains, config).ratio[0] == pytest.approx(reference * np.exp(-0.3))
+    assert not shield(losing, np.array([reference * 0.9]), gains, config).acted[0]
+    # Half-way: each edge at its own interpolated width.
+    half = shield(history_with(roi=0.9), np.array([1.0]), gains, config)
+    w = half.threat[0]
+    assert 0 < w < 1
+    ref = controller_ratios(history_with(roi=0.9), gains)[0]
+    assert half.high[0] == pytest.approx(ref * np.exp(config.wide * (1 - w)))
+    assert half.low[0] == pytest.approx(ref * np.exp(-(config.wide * (1 - w) + 0.3 * w)))
+    with pytest.raises(ValueError, match="tight_above"):
+        ShieldConfig(tight_above=-0.1)
+    with pytest.raises(ValueError, match="tight_above"):
+        ShieldConfig(tight_above=0.8)
 
 
 def test_the_shield_keeps_every_slot_in_range():
@@ -100,3 +130,25 @@ def test_shield_methods_play_in_rcb_evaluate(tmp_path_factory: pytest.TempPathFa
     np.testing.assert_array_equal(rows["cost"].to_numpy(), outcome.cost)
     with pytest.raises(ValueError, match="not bidders"):
         parse_methods("shield:oracle-day")
+
+
+def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: pytest.TempPathFactory):
+    """``python -m training.shield_sweep``: the default config's row is ``shield:onnx:MODEL`` of rcb evaluate."""
+    exported = exported_runs(tmp_path_factory)
+    model = f"onnx:{exported.cbrl_model}"
+    assert parse_config("wide")[1] == ShieldConfig()
+    assert parse_config("asym:tight_above=0,warmup_slots=3")[1] == ShieldConfig(tight_above=0.0, warmup_slots=3)
+    for bad in ("x:nosuch=1", "x:tight", "x:tight_above=2"):
+        with pytest.raises(typer.BadParameter):
+            parse_config(bad)
+    configs = [parse_config("default"), parse_config("open:roi_slack=0,roi_alarm=1,tight=0.7,tight_above=0.7")]
+    summary = sweep(exported.market, "test", SETTING, model, configs, seeds=2)
+    assert list(summary) == ["pid", "unshielded", "default", "open"]
+    played = evaluate(Market.open(exported.market), SETTING, "test", parse_methods(f"shield:{model}"), seeds=2)
+    assert summary["default"]["ans_median"] == played.summary[f"shield:{model}"]["ans_median"]
+    assert summary["default"]["csr"] == played.summary[f"shield:{model}"]["csr"]
+    assert summary["default"]["config"] == asdict(ShieldConfig())
+    # A band as wide as the default's widest in every state never acts more often than the default.
+    assert summary["open"]["shield_acted_share"] <= summary["default"]["shield_acted_share"]
+    with pytest.raises(EvaluationError, match="onnx:MODEL_DIR or ensemble"):
+        sweep(exported.market, "test", SETTING, str(exported.cbrl_run), configs, seeds=1)

@@ -1,0 +1,140 @@
+"""Play one bidder behind several shield settings on one market and split: how each trades ANS for CSR.
+
+The shield's parameters (:class:`model.shield.ShieldConfig`) are chosen on days no evaluated number is read
+from (the train days of a market the model was not trained on, or a run's validation days); this tool plays
+the candidates side by side on such days, beside the tuned PID whose CSR the shield's bound refers to::
+
+    python -m training.shield_sweep data/suite/sparse --split train --method onnx:models/default \\
+        --config default --config 'asym:tight_above=0' --config 'steep:tight_above=0,roi_alarm=0.1'
+
+``--method`` is ``onnx:MODEL_DIR`` (the card's controller, as the service reads it) or ``ensemble:LABEL=GLOB``
+(training runs; the PID tuned on this market's train days, as their export would write). ``--config NAME``
+is the default setting; ``NAME:FIELD=VALUE,...`` overrides fields of it. The table goes to stdout (``--json``:
+one JSON object).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+
+from model.contract import Setting
+from model.controller import ControllerGains
+from model.shield import ShieldConfig
+from training.bidders.base import Bidder, play
+from training.bidders.onnx import OnnxBidder
+from training.bidders.shielded import ShieldedBidder
+from training.dayset import VALIDATION, DaySet, split_validation
+from training.evaluate import (
+    ENSEMBLE_PREFIX,
+    ONNX_PREFIX,
+    EvaluationError,
+    _ensemble_bidder,
+    _model_bidder,
+    episode_rows,
+    run_group,
+    summarize,
+    tuned_baseline,
+)
+from training.market.dataset import Market
+
+REFERENCE = "pid"
+
+
+def parse_config(text: str) -> tuple[str, ShieldConfig]:
+    """``NAME`` (the defaults) or ``NAME:FIELD=VALUE,...`` -> (name, config); a clear error for unknown fields."""
+    name, _, body = text.partition(":")
+    known = {f.name: f.type for f in fields(ShieldConfig)}
+    changes: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in body.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key not in known:
+            raise typer.BadParameter(f"{item!r}: expected FIELD=VALUE with FIELD one of {', '.join(known)}")
+        changes[key] = int(value) if key == "warmup_slots" else float(value)
+    try:
+        return name, replace(ShieldConfig(), **changes)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: {exc}") from None
+
+
+def load_days(market: Market, split: str, setting: Setting) -> tuple[DaySet, DaySet]:
+    """(the split's days, the train days) — validation is the train days' held-out tail."""
+    train = DaySet.load(market, "train", setting)
+    if split == VALIDATION:
+        return train.subset(split_validation(train)[1]), train
+    return (train if split == "train" else DaySet.load(market, split, setting)), train
+
+
+def inner_bidder(method: str, market: Market, setting: Setting, train: DaySet) -> tuple[Bidder, ControllerGains]:
+    """The bidder to shield and the controller of its shield (as ``rcb evaluate``'s ``shield:`` picks it)."""
+    if method.startswith(ONNX_PREFIX):
+        bidder, _ = _model_bidder(method, setting)
+        assert isinstance(bidder, OnnxBidder)
+        return bidder, bidder.artifact.controller_gains()
+    group = run_group(method[len(ENSEMBLE_PREFIX) :]) if method.startswith(ENSEMBLE_PREFIX) else None
+    if group is None:
+        raise EvaluationError(f"{method!r}: expected onnx:MODEL_DIR or ensemble:LABEL=GLOB")
+    bidder, _ = _ensemble_bidder(group[1], setting)
+    params = tuned_baseline(market, REFERENCE, setting, lambda: train)[0].params()
+    return bidder, ControllerGains.with_profile(params["traffic_profile"], params)
+
+
+def sweep(
+    data: Path, split: str, setting: Setting, method: str, configs: list[tuple[str, ShieldConfig]], seeds: int
+) -> dict[str, dict[str, Any]]:
+    """Per config (and the unshielded method and the PID): the summary of :func:`training.evaluate.summarize`."""
+    market = Market.open(data)
+    days, train = load_days(market, split, setting)
+    inner, gains = inner_bidder(method, market, setting, train)
+    pid, _ = tuned_baseline(market, REFERENCE, setting, lambda: train)
+    frames, acted = [], {}
+    players: list[tuple[str, Bidder]] = [(REFERENCE, pid), ("unshielded", inner)]
+    players += [(name, ShieldedBidder(inner, gains, config)) for name, config in configs]
+    for label, bidder in players:
+        for seed in range(1 if bidder.deterministic else seeds):
+            outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed)
+            frames.append(episode_rows(label, seed, days, outcome.delivery, outcome.cost))
+        if isinstance(bidder, ShieldedBidder):
+            acted[label] = bidder.acted_share
+    summary = summarize(pd.concat(frames, ignore_index=True), [label for label, _ in players])
+    for label, share in acted.items():
+        summary[label]["shield_acted_share"] = share
+    for name, config in configs:
+        summary[name]["config"] = asdict(config)
+    return summary
+
+
+def main(
+    data: Annotated[Path, typer.Argument(help="A market directory (rcb market generate/import).")],
+    method: Annotated[str, typer.Option(help="onnx:MODEL_DIR or ensemble:LABEL=GLOB.")],
+    config: Annotated[list[str], typer.Option(help="NAME or NAME:FIELD=VALUE,... (repeat).")],
+    split: Annotated[str, typer.Option(help="train, validation, test or ood.")] = "train",
+    setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.MC,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds of a stochastic bidder.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    configs = [parse_config(text) for text in config]
+    try:
+        summary = sweep(data, split, setting, method, configs, seeds)
+    except EvaluationError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps(summary, default=float))
+        return
+    bound = summary[REFERENCE]["csr"] - 0.05
+    typer.echo(f"{data} {split} {setting}: {method}; shield bound CSR >= {bound:.3f}")
+    typer.echo("| setting | ANS | CSR | acted | bound |")
+    typer.echo("|:---|---:|---:|---:|:---|")
+    for label, row in summary.items():
+        acted = f"{row['shield_acted_share']:.3f}" if "shield_acted_share" in row else ""
+        ok = "" if label in (REFERENCE, "unshielded") else ("met" if row["csr"] >= bound - 1e-9 else "missed")
+        typer.echo(f"| {label} | {row['ans_median']:.3f} | {row['csr']:.3f} | {acted} | {ok} |")
+
+
+if __name__ == "__main__":
+    typer.run(main)
