@@ -87,28 +87,5 @@ print(f"onnx model replays the run's {len(run)} test episodes: {same} identical 
       f"{relative.max():.2%} of delivery (float rounding between torch and onnxruntime)")
 EOF
 # Figures on the card: test and OOD, 5 seeds, the model alone, behind the shield, and the market's tuned PID.
-for split in test ood; do
-  rcb evaluate "$MARKET" --setting mc --split "$split" --methods "pid,onnx:$MODEL,shield:onnx:$MODEL" --seeds 5 \
-    --out "$WORK/figures-$split" > /dev/null
-done
-.venv/bin/python - "$MODEL" "$MARKET" "$WORK" "${SELECTION:-}" <<'EOF'
-import json, sys
-from pathlib import Path
-
-from training.export import record_figures
-
-model, market, work, selection = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
-measured = {"market": market, "seeds": 5, "metric": "median ANS over seeds, mean CSR (docs/metrics.md)"}
-if selection:  # how it was chosen: training.selection's rule on the validation days
-    measured["selection"] = {"rule": "training/selection.py", **json.loads(selection)}
-for split in ("test", "ood"):
-    summary = json.loads((work / f"figures-{split}" / "summary.json").read_text())
-    rows = {"model": f"onnx:{model}", "shielded": f"shield:onnx:{model}", "pid": "pid"}
-    measured[split] = {
-        name: {"ans": round(summary[key]["ans_median"], 4), "csr": round(summary[key]["csr"], 4)}
-        for name, key in rows.items()
-    }
-    print(f"{split}: " + ", ".join(f"{n} ANS {v['ans']:.3f} CSR {v['csr']:.2f}" for n, v in measured[split].items()))
-record_figures(Path(model), measured)
-EOF
+WORK="$WORK" SELECTION="${SELECTION:-}" bash scripts/measure_model.sh "$MODEL" "$MARKET"
 du -sh "$MODEL"

@@ -74,7 +74,13 @@ def test_suite_report_plays_the_selection_on_test(tmp_path: Path):
     played([0.6, 0.9], ensemble=0.8).to_csv(market / "mc-validation" / "episodes.csv", index=False)
     (market / "mc-test").mkdir()
     test_days = pd.concat(
-        [episodes("cbrl", 0, [0.7] * 4), episodes("cbrl", 1, [0.5] * 4), episodes("pid", 0, [0.6] * 4)],
+        [
+            episodes("cbrl", 0, [0.7] * 4),
+            episodes("cbrl", 1, [0.5] * 4),
+            episodes("shield:cbrl", 0, [0.75] * 4),
+            episodes("shield:cbrl", 1, [0.55] * 4),
+            episodes("pid", 0, [0.6] * 4),
+        ],
         ignore_index=True,
     )
     test_days.to_csv(market / "mc-test" / "episodes.csv", index=False)
@@ -84,5 +90,8 @@ def test_suite_report_plays_the_selection_on_test(tmp_path: Path):
     selection = selection_of(tmp_path, "bench", "mc")
     got = selected_row(tmp_path, "bench", "mc", "test", summary, selection)
     assert got == pytest.approx({"ans_median": 0.5, "csr": 1.0})
+    shielded = selected_row(tmp_path, "bench", "mc", "test", summary, selection, shielded=True)
+    assert shielded == pytest.approx({"ans_median": 0.55, "csr": 1.0})
     text = table(tmp_path)
-    assert "0.500 (1.00) s1" in text and "missed: ANS by 0.130" in text
+    assert "0.500 (1.00) s1 | 0.550 (1.00) |" in text
+    assert "missed: ANS by 0.130" in text and "missed: ANS by 0.080" in text

@@ -35,10 +35,14 @@ def test_verdicts_say_what_is_missed_and_by_how_much():
     assert verdicts(summary)["cbrl_first"] == "missed: CSR by 0.05"
     assert got["selected_first"] == "—"  # no validation days evaluated
     assert verdicts(summary, row(0.74, 0.95))["selected_first"] == "met"
+    # The selected model behind the shield (what the service ships) has its own verdict.
+    both = verdicts(summary, row(0.74, 0.95), row(0.72, 0.89))
+    assert both["selected_first"] == "met" and both["shielded_first"] == "missed: ANS by 0.010, CSR by 0.01"
     assert verdicts({"cbrl": row(0.8, 1.0)}) == {
         "cbrl_first": "—",
         "ensemble_first": "—",
         "selected_first": "—",
+        "shielded_first": "—",
         "shield_bound": "—",
     }
 

@@ -4,7 +4,8 @@
 ``OUT/<market>/<setting>-<split>/summary.json`` (written by ``rcb evaluate``) and prints one Markdown row per
 (market, setting, split) with the issue's two bars:
 
-* **CBRL first**: median ANS over training seeds >= PID's + 0.03, with mean CSR >= PID's;
+* **CBRL first**: median ANS over training seeds >= PID's + 0.03, with mean CSR >= PID's (for the runs, their
+  ensemble, the selected model and the selected model behind the shield, the form the service ships);
 * **shield bound**: every shielded learned method's CSR >= PID's CSR - 0.05.
 
 Where the suite also evaluated the validation days (``<setting>-validation``), the **selected** column is
@@ -52,6 +53,7 @@ VERDICT_COLUMNS = (
     ("CBRL >= PID + 0.03, CSR >= PID's", "cbrl_first"),
     ("ensemble >= PID + 0.03, CSR >= PID's", "ensemble_first"),
     ("selected >= PID + 0.03, CSR >= PID's", "selected_first"),
+    ("shield:selected >= PID + 0.03, CSR >= PID's", "shielded_first"),
     ("shield CSR >= PID's - 0.05", "shield_bound"),
 )
 """The table's verdict columns: header, and the key of :func:`verdicts`."""
@@ -84,17 +86,23 @@ def _first(row: dict[str, Any] | None, pid: dict[str, Any]) -> str:
     return "met" if not misses else "missed: " + ", ".join(misses)
 
 
-def verdicts(summary: dict[str, dict[str, Any]], selected: dict[str, Any] | None = None) -> dict[str, str]:
+def verdicts(
+    summary: dict[str, dict[str, Any]],
+    selected: dict[str, Any] | None = None,
+    shielded_selected: dict[str, Any] | None = None,
+) -> dict[str, str]:
     """The bars for one evaluation, each 'met' or what is missed: ``cbrl_first`` (the runs), ``ensemble_first``
-    (their ensemble), ``selected_first`` (the ``selected`` row, see :func:`selected_row`) and ``shield_bound``
-    (the worst shielded learned method)."""
+    (their ensemble), ``selected_first`` and ``shielded_first`` (the ``selected`` row alone and behind the
+    shield, see :func:`selected_row`) and ``shield_bound`` (the worst shielded learned method)."""
     pid = summary.get("pid")
-    out = {"cbrl_first": "—", "ensemble_first": "—", "selected_first": "—", "shield_bound": "—"}
+    keys = ("cbrl_first", "ensemble_first", "selected_first", "shielded_first", "shield_bound")
+    out = dict.fromkeys(keys, "—")
     if pid is None:
         return out
     out["cbrl_first"] = _first(summary.get("cbrl"), pid)
     out["ensemble_first"] = _first(summary.get("ensemble:cbrl"), pid)
     out["selected_first"] = _first(selected, pid)
+    out["shielded_first"] = _first(shielded_selected, pid)
     shielded = {m: r for m, r in summary.items() if m.startswith("shield:")}
     if shielded:
         worst_method, worst = min(shielded.items(), key=lambda item: item[1]["csr"])
@@ -121,18 +129,20 @@ def selected_row(
     split: str,
     summary: dict[str, dict[str, Any]],
     selection: Selection | None,
+    shielded: bool = False,
 ) -> dict[str, Any] | None:
     """What ``selection`` (:func:`selection_of` the market and setting) scored on this split: the ensemble's row,
-    or the chosen run's one seed."""
+    or the chosen run's one seed; ``shielded``: the same behind the shield."""
     if selection is None:
         return None
+    prefix = "shield:" if shielded else ""
     if selection.choice == "ensemble":
-        return summary.get("ensemble:cbrl")
+        return summary.get(f"{prefix}ensemble:cbrl")
     path = root / market / f"{setting}-{split}" / "episodes.csv"
     if not path.is_file():
         return None
     table = per_seed_metrics(pd.read_csv(path))
-    rows = table[(table["method"] == "cbrl") & (table["seed"] == selection.best_seed)]
+    rows = table[(table["method"] == f"{prefix}cbrl") & (table["seed"] == selection.best_seed)]
     if rows.empty:
         return None
     return {"ans_median": float(rows["ans"].iloc[0]), "csr": float(rows["csr"].iloc[0])}
@@ -154,6 +164,7 @@ def table(root: Path, name: str = "CBRL") -> str:
         "default model",
         "shield:default",
         "selected",
+        "shield:selected",
         *(title.replace("CBRL", name) for title, _ in VERDICT_COLUMNS),
     ]
     numeric = len(header) - 3 - len(VERDICT_COLUMNS)
@@ -169,7 +180,8 @@ def table(root: Path, name: str = "CBRL") -> str:
         zero = int(counted.get("n_zero_oracle", 0)) // seeds
         selection = selections[market, setting]  # read once per market and setting, not per split
         selected = selected_row(root, market, setting, split, summary, selection)
-        verdict = verdicts(summary, selected)
+        shielded_selected = selected_row(root, market, setting, split, summary, selection, shielded=True)
+        verdict = verdicts(summary, selected, shielded_selected)
         picked = ""
         if selection is not None:
             picked = " ens." if selection.choice == "ensemble" else f" s{selection.best_seed}"
@@ -183,6 +195,7 @@ def table(root: Path, name: str = "CBRL") -> str:
             _cell(_model_rows(summary, shielded=False)),
             _cell(_model_rows(summary, shielded=True)),
             _cell(selected) + (picked if selected else ""),
+            _cell(shielded_selected),
             *(verdict[key] for _, key in VERDICT_COLUMNS),
         ]
         lines.append("| " + " | ".join(cells) + " |")

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Measure an exported model on its market and write the figures into its card (`evaluation.measured`):
+# test and OOD days, 5 seeds, the model alone, behind the safety shield (model/shield.py's defaults, written
+# beside the figures) and the market's tuned PID. The ONNX files are untouched. scripts/build_default_model.sh
+# ends with it; run it alone to re-measure a shipped model after the shield or the metrics changed:
+#
+#   bash scripts/measure_model.sh models/default data/suite/bench
+#
+# A card's earlier `measured.selection` (how the model was chosen) is kept unless SELECTION (JSON) is given.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL="${1:?usage: measure_model.sh MODEL_DIR MARKET_DIR}"
+MARKET="${2:?usage: measure_model.sh MODEL_DIR MARKET_DIR}"
+WORK="${WORK:-out/measure-model}"
+for split in test ood; do
+  .venv/bin/rcb evaluate "$MARKET" --setting mc --split "$split" --methods "pid,onnx:$MODEL,shield:onnx:$MODEL" \
+    --seeds 5 --out "$WORK/figures-$split" > /dev/null
+done
+.venv/bin/python - "$MODEL" "$MARKET" "$WORK" "${SELECTION:-}" <<'PY'
+import json, sys
+from dataclasses import asdict
+from pathlib import Path
+
+from model.artifact import read_card
+from model.shield import ShieldConfig
+from training.export import record_figures
+
+model, market, work, selection = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+before = read_card(Path(model)).evaluation.measured or {}
+measured = {"market": market, "seeds": 5, "metric": "median ANS over seeds, mean CSR (docs/metrics.md)"}
+if selection:  # how it was chosen: training.selection's rule on the validation days
+    measured["selection"] = {"rule": "training/selection.py", **json.loads(selection)}
+elif "selection" in before:
+    measured["selection"] = before["selection"]
+measured["shield"] = asdict(ShieldConfig())  # the band the `shielded` figures were played with
+for split in ("test", "ood"):
+    summary = json.loads((work / f"figures-{split}" / "summary.json").read_text())
+    rows = {"model": f"onnx:{model}", "shielded": f"shield:onnx:{model}", "pid": "pid"}
+    measured[split] = {
+        name: {"ans": round(summary[key]["ans_median"], 4), "csr": round(summary[key]["csr"], 4)}
+        for name, key in rows.items()
+    }
+    print(f"{split}: " + ", ".join(f"{n} ANS {v['ans']:.3f} CSR {v['csr']:.2f}" for n, v in measured[split].items()))
+record_figures(Path(model), measured)
+PY
