@@ -5,8 +5,9 @@
 # plus the two importer fixtures (tests/fixtures), which are too small to train on: there the shipped
 # model and the baselines play, with and without the shield. CBRL plays as its SEEDS runs (run k with
 # seed k) and as one ensemble of them (ensemble:, the median log-ratio), each with and without the shield.
-# The paper's RL rivals (RIVALS: Hard, CRL, USCB, RCPO) are trained with the same seeds and play beside it;
-# USCB's gamma and RCPO's dual-ascent step are the values scripts/results.sh validated per setting.
+# The paper's RL rivals (RIVALS: Hard, CRL, USCB, RCPO) are trained with the same seeds and play beside it,
+# with and without the shield; USCB's gamma and RCPO's dual-ascent step are the values scripts/results.sh
+# validated per setting.
 # Resumable: finished runs, markets and evaluations are kept, an interrupted training run is resumed.
 #
 #   bash scripts/suite.sh                          # MC, 5 seeds, all four generated markets, every method
@@ -103,7 +104,7 @@ mkdir -p "$OUT"
       runs="$RUNS/$market/$setting/cbrl-s*"
       methods="rm,pid,cem,cbrl=$runs,shield:cbrl=$runs,ensemble:cbrl=$runs,shield:ensemble:cbrl=$runs"
       for algo in $RIVALS; do
-        methods="$methods,$algo=$RUNS/$market/$setting/$algo-s*"
+        methods="$methods,$algo=$RUNS/$market/$setting/$algo-s*,shield:$algo=$RUNS/$market/$setting/$algo-s*"
       done
       methods="$methods$(model_methods "$setting"),oracle-slot"
       for split in test ood; do
