@@ -6,10 +6,10 @@ back). The shield bounds it, slot by slot, from the campaign's cumulative stats 
 
 * the reference is the PID controller of :mod:`model.controller` on the same history;
 * the allowed band is ``[c * exp(-w_below), c * exp(+w_above)]`` around the controller's ratio ``c``;
-* each half-width is ``wide`` while the constraints are safe and narrows as a threat grows, to ``tight`` below the
-  controller and to ``tight_above`` above it (both threats are threats of overbidding, so the upper edge
-  may close further than the lower one, which still lifts a collapsing policy):
-  the ROI threat rises as the cumulative ROI falls from ``L * (1 + roi_slack)`` to ``L * (1 - roi_alarm)``,
+* each half-width is ``wide`` while the constraints are safe and narrows as a threat grows, to ``tight``
+  below the controller and to ``tight_above`` above it (both threats are threats of overbidding, so the
+  upper edge may close further than the lower one, which still lifts a collapsing policy); the ROI threat
+  rises as the cumulative ROI falls from ``L * (1 + roi_slack)`` to ``L * (1 - roi_alarm)``,
   the budget threat as the spend runs ahead of the day's traffic plan by up to ``pace_alarm``;
 * a proposed ratio outside the band is moved to its edge, and the shield says it acted.
 
