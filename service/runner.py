@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +115,14 @@ class ModelRunner:
         gc.collect()
         gc.freeze()
         log.info("model loaded", extra={"model_version": version, "model_dir": str(directory)})
+        measured = artifact.card.evaluation.measured.get("shield")
+        if self.use_shield and measured is not None and measured != asdict(self.shield_config):
+            # The card's shielded figures are not what this service bids.
+            log.warning(
+                "the card's shielded figures were measured with another shield setting; re-measure with "
+                "scripts/measure_model.sh",
+                extra={"card_shield": measured, "served_shield": asdict(self.shield_config)},
+            )
         return version
 
     def decide(self, states: Sequence[CampaignState]) -> Decided:

@@ -247,3 +247,28 @@ def test_measured_figures_go_on_the_card_and_leave_the_graphs_alone(exported: Ex
     assert after.evaluation.measured == figures
     assert after.files == before.files and after.training == before.training
     assert load_artifact(exported.cbrl_model).card.evaluation.measured == {}
+
+
+def test_the_service_warns_when_the_card_was_measured_behind_another_shield(
+    exported: Exported, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """A card's shielded figures name the shield setting they were played with; a service running another one
+    says so when it loads the model (its figures would not describe what it bids)."""
+    from dataclasses import asdict, replace
+
+    from model.shield import ShieldConfig
+    from service.runner import ModelRunner
+    from training.export import record_figures
+
+    model = tmp_path / "model"
+    shutil.copytree(exported.cbrl_model, model)
+    for measured_with, warned in ((ShieldConfig(), False), (replace(ShieldConfig(), roi_alarm=0.3), True)):
+        record_figures(model, {"market": "m", "shield": asdict(measured_with)})
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="rcb.service"):
+            ModelRunner(model, use_shield=True).load()
+        assert ("another shield setting" in caplog.text) is warned
+    with caplog.at_level("WARNING", logger="rcb.service"):  # no shield served: nothing to compare
+        caplog.clear()
+        ModelRunner(model, use_shield=False).load()
+    assert "another shield setting" not in caplog.text
