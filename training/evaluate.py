@@ -282,14 +282,11 @@ def evaluate(
     market_gains: list[ControllerGains] = []
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:
-        """The service's shield: an exported model's card (gains, profile), as the service reads it; else (a
-        training run of this market) what its export would write: the PID tuned on this market's train days
-        (read once per evaluation)."""
+        """:func:`shield_gains` of ``inner``, the market's PID read once per evaluation."""
         if isinstance(inner, OnnxBidder):
-            return ShieldedBidder(inner, inner.artifact.controller_gains())
+            return ShieldedBidder(inner, shield_gains(inner, market, setting, train, progress))
         if not market_gains:
-            params = tuned_baseline(market, "pid", setting, train, progress)[0].params()
-            market_gains.append(ControllerGains.with_profile(params["traffic_profile"], params))
+            market_gains.append(shield_gains(inner, market, setting, train, progress))
         return ShieldedBidder(inner, market_gains[0])
 
     frames, tuned = [], {}
@@ -311,14 +308,14 @@ def evaluate(
                 progress("episodes")
             continue
         if group is not None:  # ensemble:LABEL=GLOB
-            bidder, tuned[method] = _ensemble_bidder(group[1], setting)
+            bidder, tuned[method] = ensemble_bidder(group[1], setting)
         elif method in BASELINES:
             bidder, record = tuned_baseline(market, method, setting, train, progress)
             tuned[method] = {"train_score": record["train_score"], **record["params"]}
         elif method.startswith(ONNX_PREFIX):
-            bidder, tuned[method] = _model_bidder(method, setting)
+            bidder, tuned[method] = model_bidder(method, setting)
         else:
-            bidder, tuned[method] = _run_bidder(Path(method), setting)
+            bidder, tuned[method] = run_bidder(Path(method), setting)
         row_label = method_label(listed)  # the method as written, or an ensemble's group label
         if shielded:
             bidder = shielded_by(bidder)
@@ -358,7 +355,7 @@ def _play_run_group(
     """Each run of a group plays the split once, run ``k`` with seed ``k``; its rows are seed ``k``."""
     frames, record = [], {"runs": [], "best_validation_score": []}
     for seed, run_dir in enumerate(runs):
-        bidder, run = _run_bidder(run_dir, setting)
+        bidder, run = run_bidder(run_dir, setting)
         if wrap is not None:
             bidder = wrap(bidder)
         record["algo"] = run["algo"]
@@ -374,7 +371,19 @@ def _play_run_group(
     return frames
 
 
-def _run_bidder(run_dir: Path, setting: Setting) -> tuple[Bidder, dict[str, Any]]:
+def shield_gains(
+    inner: Bidder, market: Market, setting: Setting, train: Callable[[], DaySet], progress: Progress | None = None
+) -> ControllerGains:
+    """The controller behind ``inner``'s shield, as the service would run it: an exported model's card (gains,
+    traffic profile); else (a training run of this market) what its export would write, the PID tuned on this
+    market's train days."""
+    if isinstance(inner, OnnxBidder):
+        return inner.artifact.controller_gains()
+    params = tuned_baseline(market, "pid", setting, train, progress)[0].params()
+    return ControllerGains.with_profile(params["traffic_profile"], params)
+
+
+def run_bidder(run_dir: Path, setting: Setting) -> tuple[Bidder, dict[str, Any]]:
     """A training run's best actor (torch, imported only here), checked against the evaluation's setting."""
     from training.train import load_run_bidder
 
@@ -384,7 +393,7 @@ def _run_bidder(run_dir: Path, setting: Setting) -> tuple[Bidder, dict[str, Any]
     return bidder, {"algo": run["config"]["algo"], "best_validation_score": run.get("best_validation_score")}
 
 
-def _ensemble_bidder(runs: list[Path], setting: Setting) -> tuple[Bidder, dict[str, Any]]:
+def ensemble_bidder(runs: list[Path], setting: Setting) -> tuple[Bidder, dict[str, Any]]:
     """A group's runs as one bidder (torch; what ``rcb export --run A --run B ...`` writes as one model)."""
     from training.train import RunError, load_ensemble_bidder
 
@@ -401,7 +410,7 @@ def _ensemble_bidder(runs: list[Path], setting: Setting) -> tuple[Bidder, dict[s
     }
 
 
-def _model_bidder(method: str, setting: Setting) -> tuple[Bidder, dict[str, Any]]:
+def model_bidder(method: str, setting: Setting) -> tuple[Bidder, dict[str, Any]]:
     """``onnx:MODEL_DIR`` loaded (onnxruntime, no torch) and checked against the evaluation's setting."""
     from model.artifact import ArtifactError
 

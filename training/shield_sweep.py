@@ -27,17 +27,17 @@ from model.contract import Setting
 from model.controller import ControllerGains
 from model.shield import ShieldConfig
 from training.bidders.base import Bidder, play
-from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import VALIDATION, DaySet, split_validation
 from training.evaluate import (
     ENSEMBLE_PREFIX,
     ONNX_PREFIX,
     EvaluationError,
-    _ensemble_bidder,
-    _model_bidder,
+    ensemble_bidder,
     episode_rows,
+    model_bidder,
     run_group,
+    shield_gains,
     summarize,
     tuned_baseline,
 )
@@ -73,15 +73,13 @@ def load_days(market: Market, split: str, setting: Setting) -> tuple[DaySet, Day
 def inner_bidder(method: str, market: Market, setting: Setting, train: DaySet) -> tuple[Bidder, ControllerGains]:
     """The bidder to shield and the controller of its shield (as ``rcb evaluate``'s ``shield:`` picks it)."""
     if method.startswith(ONNX_PREFIX):
-        bidder, _ = _model_bidder(method, setting)
-        assert isinstance(bidder, OnnxBidder)
-        return bidder, bidder.artifact.controller_gains()
-    group = run_group(method[len(ENSEMBLE_PREFIX) :]) if method.startswith(ENSEMBLE_PREFIX) else None
-    if group is None:
-        raise EvaluationError(f"{method!r}: expected onnx:MODEL_DIR or ensemble:LABEL=GLOB")
-    bidder, _ = _ensemble_bidder(group[1], setting)
-    params = tuned_baseline(market, REFERENCE, setting, lambda: train)[0].params()
-    return bidder, ControllerGains.with_profile(params["traffic_profile"], params)
+        bidder, _ = model_bidder(method, setting)
+    else:
+        group = run_group(method[len(ENSEMBLE_PREFIX) :]) if method.startswith(ENSEMBLE_PREFIX) else None
+        if group is None:
+            raise EvaluationError(f"{method!r}: expected onnx:MODEL_DIR or ensemble:LABEL=GLOB")
+        bidder, _ = ensemble_bidder(group[1], setting)
+    return bidder, shield_gains(bidder, market, setting, lambda: train)
 
 
 def sweep(
