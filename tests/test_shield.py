@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import typer
 from artifact_fixtures import SETTING, exported_runs
+from typer.testing import CliRunner
 
 from model.artifact import load_artifact
 from model.contract import SLOTS_PER_DAY
@@ -21,6 +22,7 @@ from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
 from training.evaluate import EvaluationError, evaluate, parse_methods
 from training.market.dataset import Market
+from training.shield_sweep import main as shield_sweep_main
 from training.shield_sweep import parse_config, sweep
 
 
@@ -138,9 +140,21 @@ def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: py
     model = f"onnx:{exported.cbrl_model}"
     assert parse_config("wide")[1] == ShieldConfig()
     assert parse_config("asym:tight_above=0,warmup_slots=3")[1] == ShieldConfig(tight_above=0.0, warmup_slots=3)
-    for bad in ("x:nosuch=1", "x:tight", "x:tight_above=2"):
+    for bad in ("x:nosuch=1", "x:tight", "x:tight_above=2", "x:tight=wide", "pid", "unshielded:tight=0.2", ":wide=1"):
         with pytest.raises(typer.BadParameter):
             parse_config(bad)
+    # The command line: clear errors, exit 2, for a repeated name, an unknown split or a directory that is no market.
+    app = typer.Typer()
+    app.command()(shield_sweep_main)
+    base = [str(exported.market), "--method", model, "--setting", SETTING]
+    for args, said in (
+        (["--config", "a", "--config", "a"], "repeat"),
+        (["--config", "a", "--split", "tomorrow"], "tomorrow"),
+    ):
+        result = CliRunner().invoke(app, base + args)
+        assert result.exit_code == 2 and said in result.output
+    result = CliRunner().invoke(app, [str(exported.cbrl_run), "--method", model, "--config", "a"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
     configs = [parse_config("default"), parse_config("open:roi_slack=0,roi_alarm=1,tight=0.7,tight_above=0.7")]
     summary = sweep(exported.market, "test", SETTING, model, configs, seeds=2)
     assert list(summary) == ["pid", "unshielded", "default", "open"]

@@ -41,21 +41,30 @@ from training.evaluate import (
     summarize,
     tuned_baseline,
 )
-from training.market.dataset import Market
+from training.market.dataset import Market, MarketError
 
 REFERENCE = "pid"
+"""The row the shield's bound refers to: the market's tuned PID."""
+UNSHIELDED = "unshielded"
+"""The row of the bidder alone."""
+SPLITS = ("train", VALIDATION, "test", "ood")
 
 
 def parse_config(text: str) -> tuple[str, ShieldConfig]:
     """``NAME`` (the defaults) or ``NAME:FIELD=VALUE,...`` -> (name, config); a clear error for unknown fields."""
     name, _, body = text.partition(":")
-    known = {f.name: f.type for f in fields(ShieldConfig)}
+    if not name or name in (REFERENCE, UNSHIELDED):
+        raise typer.BadParameter(f"{text!r}: a setting needs a name other than {REFERENCE!r} and {UNSHIELDED!r}")
+    known = [f.name for f in fields(ShieldConfig)]
     changes: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in body.split(","))):
         key, sep, value = item.partition("=")
         if not sep or key not in known:
             raise typer.BadParameter(f"{item!r}: expected FIELD=VALUE with FIELD one of {', '.join(known)}")
-        changes[key] = int(value) if key == "warmup_slots" else float(value)
+        try:
+            changes[key] = int(value) if key == "warmup_slots" else float(value)
+        except ValueError:
+            raise typer.BadParameter(f"{item!r}: {value!r} is not a number") from None
     try:
         return name, replace(ShieldConfig(), **changes)
     except ValueError as exc:
@@ -91,7 +100,7 @@ def sweep(
     inner, gains = inner_bidder(method, market, setting, train)
     pid, _ = tuned_baseline(market, REFERENCE, setting, lambda: train)
     frames, acted = [], {}
-    players: list[tuple[str, Bidder]] = [(REFERENCE, pid), ("unshielded", inner)]
+    players: list[tuple[str, Bidder]] = [(REFERENCE, pid), (UNSHIELDED, inner)]
     players += [(name, ShieldedBidder(inner, gains, config)) for name, config in configs]
     for label, bidder in players:
         for seed in range(1 if bidder.deterministic else seeds):
@@ -117,9 +126,14 @@ def main(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     configs = [parse_config(text) for text in config]
+    names = [name for name, _ in configs]
+    if len(set(names)) < len(names):
+        raise typer.BadParameter(f"setting names repeat: {', '.join(names)}")
+    if split not in SPLITS:
+        raise typer.BadParameter(f"--split {split!r}: expected one of {', '.join(SPLITS)}")
     try:
         summary = sweep(data, split, setting, method, configs, seeds)
-    except EvaluationError as exc:
+    except (EvaluationError, MarketError) as exc:
         raise typer.BadParameter(str(exc)) from None
     if as_json:
         typer.echo(json.dumps(summary, default=float))
@@ -130,7 +144,7 @@ def main(
     typer.echo("|:---|---:|---:|---:|:---|")
     for label, row in summary.items():
         acted = f"{row['shield_acted_share']:.3f}" if "shield_acted_share" in row else ""
-        ok = "" if label in (REFERENCE, "unshielded") else ("met" if row["csr"] >= bound - 1e-9 else "missed")
+        ok = "" if label in (REFERENCE, UNSHIELDED) else ("met" if row["csr"] >= bound - 1e-9 else "missed")
         typer.echo(f"| {label} | {row['ans_median']:.3f} | {row['csr']:.3f} | {acted} | {ok} |")
 
 
