@@ -244,6 +244,30 @@ def summarize(episodes: pd.DataFrame, methods: list[str], gamma: float = DEFAULT
     return summary
 
 
+def split_days(
+    market: Market, split: str, setting: Setting, progress: Progress | None = None
+) -> tuple[DaySet, Callable[[], DaySet]]:
+    """The days of ``split`` (``validation``: the train days training held out for model selection) and a loader
+    of the train days that reads them once, when first asked (baselines and the shield's PID are tuned there)."""
+    if split not in ("test", "ood", "train", VALIDATION):
+        raise EvaluationError(f"unknown split {split!r}; expected test, ood or validation (or train)")
+    if not market.split("train" if split == VALIDATION else split):
+        raise EvaluationError(f"{market.root}: split {split!r} has no days")
+    train_cache: list[DaySet] = []
+    if split == VALIDATION:
+        train_cache.append(DaySet.load(market, "train", setting, progress=progress))
+        days = train_cache[0].subset(split_validation(train_cache[0])[1])
+    else:
+        days = DaySet.load(market, split, setting, progress=progress)
+
+    def train() -> DaySet:
+        if not train_cache:
+            train_cache.append(days if split == "train" else DaySet.load(market, "train", setting, progress=progress))
+        return train_cache[0]
+
+    return days, train
+
+
 def evaluate(
     market: Market,
     setting: Setting | str,
@@ -259,26 +283,11 @@ def evaluate(
     hindsight references play once: their seeds would be identical copies. ``gamma``: the G-metric's.
     """
     setting = Setting(setting)
-    if split not in ("test", "ood", "train", VALIDATION):
-        raise EvaluationError(f"unknown split {split!r}; expected test, ood or validation (or train)")
     if seeds < 1:
         raise EvaluationError("seeds must be >= 1")
-    if not market.split("train" if split == VALIDATION else split):
-        raise EvaluationError(f"{market.root}: split {split!r} has no days")
     if any(m in BASELINES for m in methods) and not market.split("train"):
         raise EvaluationError(f"{market.root}: baselines are tuned on the train split, which has no days")
-    train_cache: list[DaySet] = []
-    if split == VALIDATION:  # the train days training held out for model selection
-        train_cache.append(DaySet.load(market, "train", setting, progress=progress))
-        days = train_cache[0].subset(split_validation(train_cache[0])[1])
-    else:
-        days = DaySet.load(market, split, setting, progress=progress)
-
-    def train() -> DaySet:
-        if not train_cache:
-            train_cache.append(days if split == "train" else DaySet.load(market, "train", setting, progress=progress))
-        return train_cache[0]
-
+    days, train = split_days(market, split, setting, progress)
     market_gains: list[ControllerGains] = []
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:

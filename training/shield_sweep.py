@@ -16,6 +16,7 @@ one JSON object).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +29,7 @@ from model.controller import ControllerGains
 from model.shield import ShieldConfig
 from training.bidders.base import Bidder, play
 from training.bidders.shielded import ShieldedBidder
-from training.dayset import VALIDATION, DaySet, split_validation
+from training.dayset import DaySet
 from training.evaluate import (
     ENSEMBLE_PREFIX,
     ONNX_PREFIX,
@@ -38,6 +39,7 @@ from training.evaluate import (
     model_bidder,
     run_group,
     shield_gains,
+    split_days,
     summarize,
     tuned_baseline,
 )
@@ -47,7 +49,6 @@ REFERENCE = "pid"
 """The row the shield's bound refers to: the market's tuned PID."""
 UNSHIELDED = "unshielded"
 """The row of the bidder alone."""
-SPLITS = ("train", VALIDATION, "test", "ood")
 
 
 def parse_config(text: str) -> tuple[str, ShieldConfig]:
@@ -71,15 +72,9 @@ def parse_config(text: str) -> tuple[str, ShieldConfig]:
         raise typer.BadParameter(f"{text!r}: {exc}") from None
 
 
-def load_days(market: Market, split: str, setting: Setting) -> tuple[DaySet, DaySet]:
-    """(the split's days, the train days) — validation is the train days' held-out tail."""
-    train = DaySet.load(market, "train", setting)
-    if split == VALIDATION:
-        return train.subset(split_validation(train)[1]), train
-    return (train if split == "train" else DaySet.load(market, split, setting)), train
-
-
-def inner_bidder(method: str, market: Market, setting: Setting, train: DaySet) -> tuple[Bidder, ControllerGains]:
+def inner_bidder(
+    method: str, market: Market, setting: Setting, train: Callable[[], DaySet]
+) -> tuple[Bidder, ControllerGains]:
     """The bidder to shield and the controller of its shield (as ``rcb evaluate``'s ``shield:`` picks it)."""
     if method.startswith(ONNX_PREFIX):
         bidder, _ = model_bidder(method, setting)
@@ -88,7 +83,7 @@ def inner_bidder(method: str, market: Market, setting: Setting, train: DaySet) -
         if group is None:
             raise EvaluationError(f"{method!r}: expected onnx:MODEL_DIR or ensemble:LABEL=GLOB")
         bidder, _ = ensemble_bidder(group[1], setting)
-    return bidder, shield_gains(bidder, market, setting, lambda: train)
+    return bidder, shield_gains(bidder, market, setting, train)
 
 
 def sweep(
@@ -96,9 +91,9 @@ def sweep(
 ) -> dict[str, dict[str, Any]]:
     """Per config (and the unshielded method and the PID): the summary of :func:`training.evaluate.summarize`."""
     market = Market.open(data)
-    days, train = load_days(market, split, setting)
+    days, train = split_days(market, split, setting)
     inner, gains = inner_bidder(method, market, setting, train)
-    pid, _ = tuned_baseline(market, REFERENCE, setting, lambda: train)
+    pid, _ = tuned_baseline(market, REFERENCE, setting, train)
     frames, acted = [], {}
     players: list[tuple[str, Bidder]] = [(REFERENCE, pid), (UNSHIELDED, inner)]
     players += [(name, ShieldedBidder(inner, gains, config)) for name, config in configs]
@@ -129,8 +124,6 @@ def main(
     names = [name for name, _ in configs]
     if len(set(names)) < len(names):
         raise typer.BadParameter(f"setting names repeat: {', '.join(names)}")
-    if split not in SPLITS:
-        raise typer.BadParameter(f"--split {split!r}: expected one of {', '.join(SPLITS)}")
     try:
         summary = sweep(data, split, setting, method, configs, seeds)
     except (EvaluationError, MarketError) as exc:

@@ -93,7 +93,7 @@ def verdicts(
 ) -> dict[str, str]:
     """The bars for one evaluation, each 'met' or what is missed: ``cbrl_first`` (the runs), ``ensemble_first``
     (their ensemble), ``selected_first`` and ``shielded_first`` (the ``selected`` row alone and behind the
-    shield, see :func:`selected_row`) and ``shield_bound`` (the worst shielded learned method)."""
+    shield, see :func:`selected_rows`) and ``shield_bound`` (the worst shielded learned method)."""
     pid = summary.get("pid")
     keys = ("cbrl_first", "ensemble_first", "selected_first", "shielded_first", "shield_bound")
     out = dict.fromkeys(keys, "—")
@@ -122,6 +122,33 @@ def selection_of(root: Path, market: str, setting: str) -> Selection | None:
         return None
 
 
+def selected_rows(
+    root: Path,
+    market: str,
+    setting: str,
+    split: str,
+    summary: dict[str, dict[str, Any]],
+    selection: Selection | None,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """What ``selection`` (:func:`selection_of` the market and setting) scored on this split, alone and behind the
+    shield: the ensemble's rows, or the chosen run's one seed (the split's episodes read once for both)."""
+    if selection is None:
+        return None, None
+    if selection.choice == "ensemble":
+        return summary.get("ensemble:cbrl"), summary.get("shield:ensemble:cbrl")
+    path = root / market / f"{setting}-{split}" / "episodes.csv"
+    if not path.is_file():
+        return None, None
+    table = per_seed_metrics(pd.read_csv(path))
+    chosen = table[table["seed"] == selection.best_seed]
+
+    def row(method: str) -> dict[str, Any] | None:
+        rows = chosen[chosen["method"] == method]
+        return None if rows.empty else {"ans_median": float(rows["ans"].iloc[0]), "csr": float(rows["csr"].iloc[0])}
+
+    return row("cbrl"), row("shield:cbrl")
+
+
 def selected_row(
     root: Path,
     market: str,
@@ -131,21 +158,8 @@ def selected_row(
     selection: Selection | None,
     shielded: bool = False,
 ) -> dict[str, Any] | None:
-    """What ``selection`` (:func:`selection_of` the market and setting) scored on this split: the ensemble's row,
-    or the chosen run's one seed; ``shielded``: the same behind the shield."""
-    if selection is None:
-        return None
-    prefix = "shield:" if shielded else ""
-    if selection.choice == "ensemble":
-        return summary.get(f"{prefix}ensemble:cbrl")
-    path = root / market / f"{setting}-{split}" / "episodes.csv"
-    if not path.is_file():
-        return None
-    table = per_seed_metrics(pd.read_csv(path))
-    rows = table[(table["method"] == f"{prefix}cbrl") & (table["seed"] == selection.best_seed)]
-    if rows.empty:
-        return None
-    return {"ans_median": float(rows["ans"].iloc[0]), "csr": float(rows["csr"].iloc[0])}
+    """One of :func:`selected_rows`: alone, or ``shielded`` behind the shield."""
+    return selected_rows(root, market, setting, split, summary, selection)[int(shielded)]
 
 
 def table(root: Path, name: str = "CBRL") -> str:
@@ -179,8 +193,7 @@ def table(root: Path, name: str = "CBRL") -> str:
         days = int(counted["n_episodes"]) // seeds
         zero = int(counted.get("n_zero_oracle", 0)) // seeds
         selection = selections[market, setting]  # read once per market and setting, not per split
-        selected = selected_row(root, market, setting, split, summary, selection)
-        shielded_selected = selected_row(root, market, setting, split, summary, selection, shielded=True)
+        selected, shielded_selected = selected_rows(root, market, setting, split, summary, selection)
         verdict = verdicts(summary, selected, shielded_selected)
         picked = ""
         if selection is not None:
