@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from training.selection import SELECTION_MARGIN, choose, main, select
-from training.suite_report import selected_row, selection_of, table
+from training.suite_report import selected_gap, selected_rows, selection_of, split_episodes, table
 
 
 def episodes(method: str, seed: int, scores: list[float], feasible: list[bool] | None = None) -> pd.DataFrame:
@@ -88,10 +88,15 @@ def test_suite_report_plays_the_selection_on_test(tmp_path: Path):
     (market / "mc-test" / "summary.json").write_text(json.dumps(summary))
     # Validation picked seed 1 (0.9 > 0.8 + margin): on test it is that run's own episodes, 0.5.
     selection = selection_of(tmp_path, "bench", "mc")
-    got = selected_row(tmp_path, "bench", "mc", "test", summary, selection)
+    played_test = split_episodes(tmp_path, "bench", "mc", "test")
+    got, shielded = selected_rows(summary, selection, played_test)
     assert got == pytest.approx({"ans_median": 0.5, "csr": 1.0})
-    shielded = selected_row(tmp_path, "bench", "mc", "test", summary, selection, shielded=True)
     assert shielded == pytest.approx({"ans_median": 0.55, "csr": 1.0})
+    # Its gap over PID is seed 1's shielded days against PID's, the same every day: no spread to resample.
+    gap = selected_gap(selection, played_test)
+    assert gap is not None and gap.days == 4
+    assert (gap.ans_low, gap.ans, gap.ans_high) == pytest.approx((-0.05, -0.05, -0.05))
+    assert split_episodes(tmp_path, "bench", "mc", "ood") is None and selected_gap(selection, None) is None
     text = table(tmp_path)
-    assert "0.500 (1.00) s1 | 0.550 (1.00) |" in text
+    assert "0.500 (1.00) s1 | 0.550 (1.00) | -0.050 [-0.050, -0.050]; CSR +0.00 [+0.00, +0.00] |" in text
     assert "missed: ANS by 0.130" in text and "missed: ANS by 0.080" in text

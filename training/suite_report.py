@@ -10,7 +10,9 @@
 
 Where the suite also evaluated the validation days (``<setting>-validation``), the **selected** column is
 what :mod:`training.selection`'s rule ships for that market: the ensemble, or the best single run (its one
-seed's episodes), chosen on validation days only, and played on test and OOD.
+seed's episodes), chosen on validation days only, and played on test and OOD. Beside it, the shielded
+selected model's daily gap over PID with a 95% paired bootstrap interval over the days
+(:mod:`training.significance`): a row is 30 days, so one day moves CSR by 0.033.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pandas as pd
 
 from training.evaluation_report import per_seed_metrics
 from training.selection import Selection, select
+from training.significance import PairedGap, paired_gap
 
 ANS_MARGIN = 0.03
 """CBRL must beat PID's median ANS by this much (issue 12)."""
@@ -122,24 +125,34 @@ def selection_of(root: Path, market: str, setting: str) -> Selection | None:
         return None
 
 
+def split_episodes(root: Path, market: str, setting: str, split: str) -> pd.DataFrame | None:
+    """``root/<market>/<setting>-<split>/episodes.csv``, or None where that evaluation wrote none."""
+    path = root / market / f"{setting}-{split}" / "episodes.csv"
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def selected_method(selection: Selection, shielded: bool) -> tuple[str, int | None]:
+    """The episodes' label of what ``selection`` ships and its one seed (None: every seed, the ensemble)."""
+    prefix = "shield:" if shielded else ""
+    if selection.choice == "ensemble":
+        return f"{prefix}ensemble:cbrl", None
+    return f"{prefix}cbrl", selection.best_seed
+
+
 def selected_rows(
-    root: Path,
-    market: str,
-    setting: str,
-    split: str,
     summary: dict[str, dict[str, Any]],
     selection: Selection | None,
+    episodes: pd.DataFrame | None,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """What ``selection`` (:func:`selection_of` the market and setting) scored on this split, alone and behind the
-    shield: the ensemble's rows, or the chosen run's one seed (the split's episodes read once for both)."""
+    """What ``selection`` (:func:`selection_of` the market and setting) scored on one split, alone and behind the
+    shield: the ensemble's rows of the split's ``summary``, or the chosen run's one seed in its ``episodes``."""
     if selection is None:
         return None, None
     if selection.choice == "ensemble":
         return summary.get("ensemble:cbrl"), summary.get("shield:ensemble:cbrl")
-    path = root / market / f"{setting}-{split}" / "episodes.csv"
-    if not path.is_file():
+    if episodes is None:
         return None, None
-    table = per_seed_metrics(pd.read_csv(path))
+    table = per_seed_metrics(episodes)
     chosen = table[table["seed"] == selection.best_seed]
 
     def row(method: str) -> dict[str, Any] | None:
@@ -149,17 +162,16 @@ def selected_rows(
     return row("cbrl"), row("shield:cbrl")
 
 
-def selected_row(
-    root: Path,
-    market: str,
-    setting: str,
-    split: str,
-    summary: dict[str, dict[str, Any]],
-    selection: Selection | None,
-    shielded: bool = False,
-) -> dict[str, Any] | None:
-    """One of :func:`selected_rows`: alone, or ``shielded`` behind the shield."""
-    return selected_rows(root, market, setting, split, summary, selection)[int(shielded)]
+def selected_gap(selection: Selection | None, episodes: pd.DataFrame | None) -> PairedGap | None:
+    """The shielded selected model's gap over PID on one split's days, with its paired bootstrap interval
+    (:mod:`training.significance`); None where either did not play."""
+    if selection is None or episodes is None:
+        return None
+    method, seed = selected_method(selection, shielded=True)
+    try:
+        return paired_gap(episodes, method, "pid", seed)
+    except ValueError:
+        return None
 
 
 def table(root: Path, name: str = "CBRL") -> str:
@@ -179,12 +191,13 @@ def table(root: Path, name: str = "CBRL") -> str:
         "shield:default",
         "selected",
         "shield:selected",
+        "shield:selected - PID, 95% CI",
         *(title.replace("CBRL", name) for title, _ in VERDICT_COLUMNS),
     ]
-    numeric = len(header) - 3 - len(VERDICT_COLUMNS)
+    numeric = len(header) - 4 - len(VERDICT_COLUMNS)
     lines = [
         "| " + " | ".join(header) + " |",
-        "|" + "|".join([":---"] * 3 + ["---:"] * numeric + [":---"] * len(VERDICT_COLUMNS)) + "|",
+        "|" + "|".join([":---"] * 3 + ["---:"] * numeric + [":---"] * (1 + len(VERDICT_COLUMNS))) + "|",
     ]
     selections = {(m, st): selection_of(root, m, st) for m, st in {(m, st) for m, st, *_ in found}}
     for market, setting, split, summary in found:
@@ -193,7 +206,9 @@ def table(root: Path, name: str = "CBRL") -> str:
         days = int(counted["n_episodes"]) // seeds
         zero = int(counted.get("n_zero_oracle", 0)) // seeds
         selection = selections[market, setting]  # read once per market and setting, not per split
-        selected, shielded_selected = selected_rows(root, market, setting, split, summary, selection)
+        episodes = split_episodes(root, market, setting, split)  # read once for the selected rows and the gap
+        selected, shielded_selected = selected_rows(summary, selection, episodes)
+        gap = selected_gap(selection, episodes)
         verdict = verdicts(summary, selected, shielded_selected)
         picked = ""
         if selection is not None:
@@ -209,6 +224,7 @@ def table(root: Path, name: str = "CBRL") -> str:
             _cell(_model_rows(summary, shielded=True)),
             _cell(selected) + (picked if selected else ""),
             _cell(shielded_selected),
+            gap.describe() if gap else "—",
             *(verdict[key] for _, key in VERDICT_COLUMNS),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -218,7 +234,10 @@ def table(root: Path, name: str = "CBRL") -> str:
         " log-ratios), played with every seed; default model: the shipped"
         " `models/default` (trained on the benchmark"
         " market), a transfer check; selected: what training/selection.py's rule picks on the validation"
-        " days (ens.: the ensemble; sK: the run of seed K, its one seed's episodes). D*=0 days: days no bidder"
+        " days (ens.: the ensemble; sK: the run of seed K, its one seed's episodes); shield:selected - PID: the mean"
+        " daily gap in ANS and in CSR with its 95% paired bootstrap interval over the days"
+        " (training/significance.py): an interval that spans 0 is a verdict one or two days could flip."
+        " D*=0 days: days no bidder"
         " can reach the ROI target on (scored 1 if"
         " feasible, else 0)."
     )
