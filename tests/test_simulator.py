@@ -6,6 +6,7 @@ order (prefix sums) while the reference sums in arrival order.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -208,6 +209,44 @@ def test_reset_replays_identically() -> None:
     second = [env.step(r).cost.copy() for r in ratios]
     np.testing.assert_array_equal(np.array(first), np.array(second))
     np.testing.assert_array_equal(env.cost, totals)
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_a_regime_replays_the_log_with_scaled_prices_and_delivery(buckets: int) -> None:
+    """Training's domain randomization: episode k's regime (price p, value v) is exactly the log with market prices
+    and costs times p and delivery times v, budget stop included; an unscaled episode beside it is untouched."""
+    rng = np.random.default_rng(17)
+    log = random_day_log(rng, n=4000, day=2)
+    p, v = 1.3, 0.8
+    scaled_log = replace(log, market_price=log.market_price * p, cost=log.cost * p, delivery=log.delivery * v)
+    shape = (SLOTS_PER_DAY, buckets) if buckets > 1 else (SLOTS_PER_DAY,)
+    ratios = rng.uniform(0.0, 4.0, shape)
+    budget = 0.5 * float(scaled_log.cost[2.0 * scaled_log.utility > scaled_log.market_price].sum())
+    regime = (np.array([p, 1.0, p]), np.array([v, 1.0, v]))
+    env = BatchedReplay(
+        [DayIndex(log, buckets=buckets)], np.zeros(3, dtype=np.int64), np.array([budget] * 2 + [np.inf]), regime
+    )
+    expected = BatchedReplay(
+        [DayIndex(scaled_log, buckets=buckets)], np.zeros(2, dtype=np.int64), np.array([budget, np.inf])
+    )
+    plain = BatchedReplay([DayIndex(log, buckets=buckets)], np.zeros(1, dtype=np.int64), np.array([budget]))
+    for t in range(SLOTS_PER_DAY):
+        got, want, unscaled = (
+            env.step(np.stack([ratios[t]] * 3)),
+            expected.step(np.stack([ratios[t]] * 2)),
+            plain.step(ratios[t][None]),
+        )
+        np.testing.assert_array_equal(got.wins[[0, 2]], want.wins)
+        np.testing.assert_allclose(got.delivery[[0, 2]], want.delivery, **SUM_TOLERANCE)
+        np.testing.assert_allclose(got.cost[[0, 2]], want.cost, **SUM_TOLERANCE)
+        assert (got.wins[1], got.cost[1]) == (unscaled.wins[0], unscaled.cost[0])
+        if buckets > 1:
+            np.testing.assert_allclose(got.by_bucket.cost[[0, 2]], want.by_bucket.cost, **SUM_TOLERANCE)
+    assert env.exhausted[0] and env.exhausted[0] == expected.exhausted[0]  # the budget stopped it, as in the log
+    np.testing.assert_allclose(env.cost[[0, 2]], expected.cost, **SUM_TOLERANCE)
+    for bad in ((np.ones(2), np.ones(3)), (np.array([1.0, 0.0, 1.0]), np.ones(3)), (np.ones(3), np.full(3, np.inf))):
+        with pytest.raises(ValueError, match="regime scales"):
+            BatchedReplay([DayIndex(log)], np.zeros(3, dtype=np.int64), None, bad)
 
 
 def test_step_and_construction_errors() -> None:

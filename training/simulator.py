@@ -14,7 +14,7 @@ budget runs out scans its impressions in arrival order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -201,9 +201,20 @@ class BatchedReplay:
 
     ``episode_days[k]`` is the day index (into ``days``) that episode ``k`` replays; ``budgets[k]`` is
     its budget (``inf`` for none). Episodes on the same day share one :class:`DayIndex`.
+
+    ``regime`` (training's domain randomization, :mod:`training.regimes`) replays episode ``k`` in a market whose
+    prices are ``price_scale[k]`` times the log's and whose delivery is ``value_scale[k]`` times it: a bid
+    ``r * u`` there wins what ``r / price_scale * u`` wins in the log, and costs ``price_scale`` times as much.
+    Budgets, and every number reported, are in the scaled market's money and delivery.
     """
 
-    def __init__(self, days: list[DayIndex], episode_days: np.ndarray, budgets: np.ndarray | None = None):
+    def __init__(
+        self,
+        days: list[DayIndex],
+        episode_days: np.ndarray,
+        budgets: np.ndarray | None = None,
+        regime: tuple[np.ndarray, np.ndarray] | None = None,
+    ):
         self.days = days
         self.episode_days = np.asarray(episode_days, dtype=np.int64)
         n = self.episode_days.shape[0]
@@ -215,6 +226,15 @@ class BatchedReplay:
         if np.isnan(self.budgets).any() or (self.budgets < 0).any():
             raise ValueError("budgets must be >= 0 (inf for no budget), never NaN")
         self._budgeted = bool(np.isfinite(self.budgets).any())
+        self.price_scale, self.value_scale = np.ones(n), np.ones(n)
+        if regime is not None:
+            self.price_scale, self.value_scale = (np.asarray(x, dtype=np.float64).copy() for x in regime)
+            if self.price_scale.shape != (n,) or self.value_scale.shape != (n,):
+                raise ValueError(f"regime scales must have shape ({n},)")
+            scales = np.concatenate([self.price_scale, self.value_scale])
+            if not (np.all(scales > 0) and np.isfinite(scales).all()):
+                raise ValueError("regime scales must be > 0 and finite")
+        self._scaled = regime is not None
         self._by_day = [(self.days[d], np.flatnonzero(self.episode_days == d)) for d in np.unique(self.episode_days)]
         self.reset()
 
@@ -255,6 +275,8 @@ class BatchedReplay:
         if ratios.size and not (ratios.min() >= 0.0 and np.isfinite(ratios.max())):
             raise ValueError("ratios must be finite and >= 0")
         t = self.slot
+        if self._scaled:  # the log's market: what the scaled bid wins there
+            ratios = ratios / (self.price_scale[:, None] if bucketed else self.price_scale)
         out = self._zeros(n)
         if bucketed:
             out.by_bucket = self._zeros((n, ratios.shape[1]))
@@ -270,11 +292,15 @@ class BatchedReplay:
                 out.cost[active] = got.cost
                 out.wins[active] = got.wins
                 out.auctions[active] = index.auctions[t]
+            if self._scaled:
+                self._scale(out, active)
             if not self._budgeted:
                 continue
             for k in active[out.cost[active] > self.budgets[active] - self.cost[active]]:
-                scan = index.slot_scan(t, ratios[k], self.budgets[k] - self.cost[k])
-                out.delivery[k], out.cost[k] = scan.delivery.sum(), scan.total_cost
+                price, value = self.price_scale[k], self.value_scale[k]
+                scan = index.slot_scan(t, ratios[k], (self.budgets[k] - self.cost[k]) / price)
+                scan = replace(scan, delivery=scan.delivery * value, cost=scan.cost * price)
+                out.delivery[k], out.cost[k] = scan.delivery.sum(), scan.total_cost * price
                 out.wins[k], out.auctions[k] = scan.wins.sum(), scan.auctions.sum()
                 if out.by_bucket is not None:
                     by = out.by_bucket
@@ -290,6 +316,15 @@ class BatchedReplay:
         self.cost += out.cost
         self.slot += 1
         return out
+
+    def _scale(self, out: SlotResult, active: np.ndarray) -> None:
+        """Log-market delivery and cost of ``active`` episodes into their regime's (wins and auctions stay)."""
+        price, value = self.price_scale[active], self.value_scale[active]
+        out.delivery[active] *= value
+        out.cost[active] *= price
+        if out.by_bucket is not None:
+            out.by_bucket.delivery[active] *= value[:, None]
+            out.by_bucket.cost[active] *= price[:, None]
 
     @staticmethod
     def _zeros(shape: int | tuple[int, int]) -> SlotResult:

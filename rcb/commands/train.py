@@ -127,6 +127,17 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    regime_spread: Annotated[
+        float | None,
+        typer.Option(
+            "--regime-spread",
+            min=0.0,
+            max=1.0,
+            help="Domain randomization: each training episode's prices and delivery are each scaled by"
+            " exp(U(-spread, spread)); model selection plays the days unscaled. Default 0 (off).",
+            show_default=False,
+        ),
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
@@ -144,6 +155,7 @@ def train_command(
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 residual = bool(resumed.get("residual", False)) if residual is None else residual
                 roi_margin = float(resumed.get("roi_margin", 0.0)) if roi_margin is None else roi_margin
+                regime_spread = float(resumed.get("regime_spread", 0.0)) if regime_spread is None else regime_spread
             Market.open(data)  # a missing or malformed market is reported before the bar is drawn
             overrides = {
                 "epochs": epochs,
@@ -152,6 +164,7 @@ def train_command(
                 "rcpo_learning_rate": rcpo_learning_rate,
                 "action_step": action_step,
                 "roi_margin": roi_margin,
+                "regime_spread": regime_spread,
             }
             config = SACConfig(
                 algo=algo,

@@ -55,6 +55,7 @@ from training.curriculum import (
     stage_at,
 )
 from training.dayset import VALIDATION_FRACTION, DaySet, split_validation
+from training.domain_randomization import draw_regimes
 from training.rewards import DualAscent, constraint_gap
 
 CURRICULA: dict[str, tuple[Stage, ...]] = {
@@ -158,6 +159,10 @@ class SACConfig:
     auto_curriculum: bool = False
     """Learn each curriculum stage's ROI relaxation ``b_k`` by regret minimization (appendix) instead of
     keeping the paper's fixed 0.1 and 0.2 (crl and cbrl only)."""
+    regime_spread: float = 0.0
+    """Domain randomization (:mod:`training.domain_randomization`): each collected episode replays its day with
+    prices and delivery each scaled by ``exp(U(-spread, spread))``; model selection plays the days unscaled.
+    0: off."""
     validation_fraction: float = VALIDATION_FRACTION
     """Share of the train days held out for model selection (:func:`training.dayset.split_validation`)."""
     seed: int = 0
@@ -170,6 +175,8 @@ class SACConfig:
             self.residual = self.algo == "cbrl"
         if self.roi_margin is None:
             self.roi_margin = RESIDUAL_ROI_MARGIN if self.residual else 0.0
+        if self.regime_spread < 0:
+            raise ValueError("regime_spread must be >= 0")
         if not self.curriculum:
             stages = CURRICULA[self.algo]
             if self.algo == "uscb":
@@ -526,12 +533,22 @@ def _by_name(saved: dict[str, Any] | list[Any]) -> dict[str, Any]:
     return dict(zip(OPTIMIZERS, saved, strict=True))
 
 
-def play_days(bidder: Bidder, days: DaySet, chosen: np.ndarray, repeats: int, seed: int) -> tuple[Outcome, np.ndarray]:
-    """Play ``days[chosen]``, each ``repeats`` times; the outcome and the per-episode D*."""
+def play_days(
+    bidder: Bidder,
+    days: DaySet,
+    chosen: np.ndarray,
+    repeats: int,
+    seed: int,
+    regime_spread: float = 0.0,
+) -> tuple[Outcome, np.ndarray]:
+    """Play ``days[chosen]``, each ``repeats`` times; the outcome and the per-episode D*. ``regime_spread`` > 0:
+    each episode in a randomized regime (:mod:`training.domain_randomization`; its D* scaled by the delivery's)."""
     episodes = np.tile(chosen, repeats)
     registration = days.registration().take(episodes)
-    outcome = play(bidder, days.indexes(), episodes, registration, seed)
-    return outcome, days.oracle_delivery[episodes]
+    regime = draw_regimes(np.random.default_rng([seed, 0x5EED]), episodes.size, regime_spread)
+    outcome = play(bidder, days.indexes(), episodes, registration, seed, regime)
+    oracle = days.oracle_delivery[episodes]
+    return outcome, oracle if regime is None else oracle * regime[1]
 
 
 def score(outcome: Outcome, days: DaySet, chosen: np.ndarray) -> float:
@@ -574,7 +591,7 @@ def train(
             stage = replace(stage, multiplier=dual.multiplier)
         explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=agent.controller)
         collected, oracle = play_days(
-            explorer, days, train_days, config.episodes_per_day, config.seed * 100_003 + epoch
+            explorer, days, train_days, config.episodes_per_day, config.seed * 100_003 + epoch, config.regime_spread
         )
         buffer.add(collected.history, oracle)
         if isinstance(stage, LagrangianStage):  # RCPO: lambda follows this epoch's mean constraint gap (dual ascent)

@@ -58,14 +58,20 @@ class Outcome:
 
 
 def play(
-    bidder: Bidder, days: list[DayIndex], episode_days: np.ndarray, registration: Registration, seed: int
+    bidder: Bidder,
+    days: list[DayIndex],
+    episode_days: np.ndarray,
+    registration: Registration,
+    seed: int,
+    regime: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Outcome:
     """Replay one episode per entry of ``episode_days`` (indices into ``days``) with ``bidder``.
 
     Budgets come from the registration (early termination as in the simulator). Ratios outside
-    [0, 4] are a bidder bug and raise.
+    [0, 4] are a bidder bug and raise. ``regime``: per-episode price and delivery scales (training's
+    domain randomization, :mod:`training.domain_randomization`).
     """
-    env = BatchedReplay(days, episode_days, registration.budget)
+    env = BatchedReplay(days, episode_days, registration.budget, regime)
     history = History(registration)
     bidder.start(registration, seed)
     while not env.done:

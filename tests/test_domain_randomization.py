@@ -1,0 +1,65 @@
+"""training/domain_randomization.py: per-episode regimes for training's collection, and what they change."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from model.contract import Setting
+from rcb.cli import app
+from training.agents.sac import SACConfig, play_days
+from training.bidders.rm import ConstantRatio
+from training.dayset import DaySet
+from training.domain_randomization import draw_regimes
+from training.market.dataset import Market
+
+
+def test_regimes_are_log_uniform_within_the_spread_and_off_at_zero():
+    rng = np.random.default_rng(0)
+    assert draw_regimes(rng, 10, 0.0) is None
+    price, value = draw_regimes(rng, 20_000, 0.3)
+    for scale in (price, value):
+        assert scale.shape == (20_000,)
+        assert np.exp(-0.3) <= scale.min() and scale.max() <= np.exp(0.3)
+        assert abs(float(np.mean(np.log(scale)))) < 0.01  # centred on the log's own market
+    assert abs(float(np.corrcoef(np.log(price), np.log(value))[0, 1])) < 0.03  # drawn independently
+    with pytest.raises(ValueError, match=">= 0"):
+        draw_regimes(rng, 3, -0.1)
+    with pytest.raises(ValueError, match="regime_spread"):
+        SACConfig(algo="cbrl", regime_spread=-0.2)
+
+
+def test_collection_plays_each_episode_in_its_regime_and_scales_its_normalizer(tiny_market: Market):
+    days = DaySet.load(tiny_market, "train", Setting.MC)
+    chosen = np.arange(len(days))
+    bidder = ConstantRatio(1.2)
+    plain, plain_oracle = play_days(bidder, days, chosen, repeats=3, seed=5)
+    scaled, scaled_oracle = play_days(bidder, days, chosen, repeats=3, seed=5, regime_spread=0.3)
+    again, _ = play_days(bidder, days, chosen, repeats=3, seed=5, regime_spread=0.3)
+    np.testing.assert_array_equal(scaled.cost, again.cost)  # the regimes are drawn from the seed
+    assert not np.allclose(scaled.cost, plain.cost)
+    # The normalizer is the day's D* times the episode's delivery scale (within the drawn bounds).
+    factor = scaled_oracle / plain_oracle
+    assert np.all((factor >= np.exp(-0.3) - 1e-12) & (factor <= np.exp(0.3) + 1e-12))
+    assert np.unique(np.round(factor, 12)).size == factor.size
+    # The registration stays the day's own: a regime is also a tighter or looser constraint.
+    np.testing.assert_array_equal(scaled.history.registration.roi_target, plain.history.registration.roi_target)
+
+
+def test_train_records_the_spread_and_a_resumed_run_keeps_it(tiny_market: Market, tmp_path: Path):
+    out = tmp_path / "run"
+    args = ["train", "--data", str(tiny_market.root), "--setting", "mc", "--algo", "crl", "--out", str(out)]
+    fast = ["--epochs", "1", "--updates-per-epoch", "2", "--json"]
+    result = CliRunner().invoke(app, [*args, *fast, "--regime-spread", "0.25"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "run.json").read_text())["config"]["regime_spread"] == 0.25
+    result = CliRunner().invoke(app, [*args, "--epochs", "2", "--updates-per-epoch", "2", "--json", "--resume"])
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "run.json").read_text())
+    assert body["config"]["regime_spread"] == 0.25 and len(body["history"]) == 2
+    bad = CliRunner().invoke(app, [*args, *fast, "--regime-spread", "2"])
+    assert bad.exit_code == 2 and "regime-spread" in bad.output

@@ -1,0 +1,34 @@
+"""Domain randomization of training episodes: each one replays its day in a market of its own regime.
+
+The paper's argument for CBRL's posterior is that the market's regime is hidden and shifts: a policy that
+infers it from the slots seen so far can adapt where a fixed one cannot. A market's train days hold few
+regimes, and on a sparse market the ones they hold are blurred by noise, so the posterior has little to
+infer and the policy fits the train days' own luck. Randomizing the regime per collected episode
+gives it regimes to tell apart (issue 12's lever): episode ``k`` replays its day with prices
+``price_scale[k]`` times the log's and delivery ``value_scale[k]`` times it (:class:`BatchedReplay`'s
+``regime``), each ``exp(U(-spread, spread))``, independent. Together they move the day's ROI at a given
+ratio by ``value / price`` and the ratio that wins a given share of the auctions by ``price``: the two
+things the suite's markets differ in.
+
+The registration (L, B) stays the day's own, so a regime is also a tighter or looser constraint. The
+reward's normalizer is the day's own slot-wise oracle ``D*`` times ``value_scale`` (the oracle of the
+scaled day would need one more MILP per episode): within an episode it is a constant, so the policy's
+per-episode objective is unchanged; across episodes it weighs a harsh regime's (lower reachable) delivery
+less. Model selection and every evaluation play the unscaled days.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Regime = tuple[np.ndarray, np.ndarray]
+"""``(price_scale, value_scale)``, each ``(n,)``."""
+
+
+def draw_regimes(rng: np.random.Generator, n: int, spread: float) -> Regime | None:
+    """``n`` episodes' regimes, log-uniform on ``[exp(-spread), exp(spread)]`` each; None when ``spread`` is 0."""
+    if spread < 0:
+        raise ValueError("the regime spread must be >= 0")
+    if spread == 0:
+        return None
+    return np.exp(rng.uniform(-spread, spread, n)), np.exp(rng.uniform(-spread, spread, n))
