@@ -202,8 +202,8 @@ class BatchedReplay:
     ``episode_days[k]`` is the day index (into ``days``) that episode ``k`` replays; ``budgets[k]`` is
     its budget (``inf`` for none). Episodes on the same day share one :class:`DayIndex`.
 
-    ``regime`` (training's domain randomization, :mod:`training.regimes`) replays episode ``k`` in a market whose
-    prices are ``price_scale[k]`` times the log's and whose delivery is ``value_scale[k]`` times it: a bid
+    ``regime`` (training's domain randomization, :mod:`training.domain_randomization`) replays episode ``k`` in a
+    market whose prices are ``price_scale[k]`` times the log's and whose delivery is ``value_scale[k]`` times it: a bid
     ``r * u`` there wins what ``r / price_scale * u`` wins in the log, and costs ``price_scale`` times as much.
     Budgets, and every number reported, are in the scaled market's money and delivery.
     """

@@ -148,8 +148,9 @@ def selected_rows(
     shield: the ensemble's rows of the split's ``summary``, or the chosen run's one seed in its ``episodes``."""
     if selection is None:
         return None, None
+    labels = [selected_method(selection, shielded)[0] for shielded in (False, True)]
     if selection.choice == "ensemble":
-        return summary.get("ensemble:cbrl"), summary.get("shield:ensemble:cbrl")
+        return summary.get(labels[0]), summary.get(labels[1])
     if episodes is None:
         return None, None
     table = per_seed_metrics(episodes)
@@ -159,7 +160,7 @@ def selected_rows(
         rows = chosen[chosen["method"] == method]
         return None if rows.empty else {"ans_median": float(rows["ans"].iloc[0]), "csr": float(rows["csr"].iloc[0])}
 
-    return row("cbrl"), row("shield:cbrl")
+    return row(labels[0]), row(labels[1])
 
 
 def selected_gap(selection: Selection | None, episodes: pd.DataFrame | None) -> PairedGap | None:
