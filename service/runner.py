@@ -116,7 +116,7 @@ class ModelRunner:
         gc.freeze()
         log.info("model loaded", extra={"model_version": version, "model_dir": str(directory)})
         measured = artifact.card.evaluation.measured.get("shield")
-        if self.use_shield and measured is not None and not self.shield_config.same_as(measured):
+        if self.use_shield and measured is not None and measured != asdict(self.shield_config):
             # The card's shielded figures are not what this service bids.
             log.warning(
                 "the card's shielded figures were measured with another shield setting; re-measure with "

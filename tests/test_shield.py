@@ -15,7 +15,7 @@ from model.artifact import load_artifact
 from model.contract import SLOTS_PER_DAY
 from model.controller import ControllerGains, controller_ratios
 from model.history import History, Registration
-from model.shield import ShieldConfig, roi_upper_reading, shield, threat_level
+from model.shield import ShieldConfig, shield, threat_level
 from training.bidders.base import play
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
@@ -105,51 +105,21 @@ def test_the_band_can_close_above_the_controller_while_it_still_lifts_a_collapse
         ShieldConfig(tight_above=0.8)
 
 
-def history_of(delivery: list[float], cost: list[float]) -> History:
-    history = History(Registration.of(1.0, None, n=1))
-    for d, c in zip(delivery, cost, strict=True):
-        history.record(np.array([1.0]), np.array([d]), np.array([c]), np.array([5.0]), np.array([100.0]))
-    return history
-
-
-def test_the_noise_aware_reading_is_the_roi_plus_z_standard_errors_of_the_ratio_estimator():
-    delivery, cost = [12.0, 4.0, 9.0, 7.0], [10.0, 10.0, 5.0, 15.0]
-    history = history_of(delivery, cost)
-    d, c = np.array(delivery), np.array(cost)
-    estimate = d.sum() / c.sum()
-    se = np.sqrt(4 / 3 * np.sum((d - estimate * c) ** 2)) / c.sum()
-    assert roi_upper_reading(history, 0.0)[0] == pytest.approx(estimate)
-    assert roi_upper_reading(history, 1.5)[0] == pytest.approx(estimate + 1.5 * se)
-    # No scatter (every slot at the same ROI): nothing to add; one slot or no spend: the estimate as it is.
-    assert roi_upper_reading(history_with(roi=0.8), 2.0)[0] == pytest.approx(0.8)
-    assert roi_upper_reading(history_of([3.0], [4.0]), 2.0)[0] == pytest.approx(0.75)
-    assert roi_upper_reading(history_of([0.0, 0.0], [0.0, 0.0]), 2.0)[0] == np.inf
-
-
-def test_a_dip_the_noise_explains_is_no_threat_and_a_sustained_one_still_is():
-    gains = ControllerGains()
-    noisy = ShieldConfig(roi_noise_z=1.0)
-    # Sparse deliveries: ROI 0.96 over 6 slots, but two slots carry it all.
-    dip = history_of([0.0, 30.0, 0.0, 0.0, 27.6, 0.0], [10.0] * 6)
-    assert threat_level(dip, gains, ShieldConfig())[0] == 1.0
-    assert threat_level(dip, gains, noisy)[0] == 0.0
-    # The same ROI every slot: read as it is, a full threat either way.
-    steady = history_with(roi=0.96, slots=6)
-    assert threat_level(steady, gains, noisy)[0] == 1.0
-    with pytest.raises(ValueError, match="roi_noise_z"):
-        ShieldConfig(roi_noise_z=-1.0)
-
-
-def test_a_recorded_setting_matches_with_the_fields_it_predates_at_their_defaults():
-    config = ShieldConfig()
-    recorded = asdict(config)
-    assert config.same_as(recorded)
-    del recorded["roi_noise_z"]  # a card measured before the field existed
-    assert config.same_as(recorded)
-    assert not ShieldConfig(roi_noise_z=1.0).same_as(recorded)
-    assert not config.same_as({**recorded, "tight": 0.2})
-    assert not config.same_as({**recorded, "unknown": 1.0})
-    assert not config.same_as({**recorded, "tight": -1.0})
+def test_a_deficit_on_a_sliver_of_the_budget_is_a_threat_in_proportion():
+    """``roi_min_spend``: the ROI threat is weighed by the spent share of B, up to that share."""
+    gains, config = ControllerGains(), ShieldConfig(roi_min_spend=0.02)
+    # ROI 0 after 6 slots, 1.2 spent of a 600 budget (0.2%, a tenth of the 2%): a tenth of the threat.
+    sliver = history_with(roi=0.0, slots=6, budget=600.0, cost_per_slot=0.2)
+    assert threat_level(sliver, gains, config)[0] == pytest.approx(0.1)
+    assert threat_level(sliver, gains, ShieldConfig(roi_min_spend=0.0))[0] == 1.0
+    # The same ROI on 2% or more of B: the whole threat; without a budget (SC) too.
+    assert threat_level(history_with(roi=0.0, slots=6, budget=60.0, cost_per_slot=0.2), gains, config)[0] == 1.0
+    assert threat_level(history_with(roi=0.0, slots=6, cost_per_slot=0.2), gains, config)[0] == 1.0
+    # A capped policy under a sliver's threat: the band stays nearly wide.
+    out = shield(sliver, np.array([4.0]), gains, config)
+    assert out.high[0] == pytest.approx(controller_ratios(sliver, gains)[0] * np.exp(config.wide * 0.9))
+    with pytest.raises(ValueError, match="roi_min_spend"):
+        ShieldConfig(roi_min_spend=1.5)
 
 
 def test_the_shield_keeps_every_slot_in_range():
