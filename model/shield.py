@@ -8,8 +8,9 @@ back). The shield bounds it, slot by slot, from the campaign's cumulative stats 
 * the allowed band is ``[c * exp(-w_below), c * exp(+w_above)]`` around the controller's ratio ``c``;
 * each half-width is ``wide`` while the constraints are safe and narrows as a threat grows, to ``tight``
   below the controller and to ``tight_above`` above it (both threats are threats of overbidding, so the
-  upper edge may close further than the lower one, which still lifts a collapsing policy); the ROI threat
-  rises as the cumulative ROI falls from ``L * (1 + roi_slack)`` to ``L * (1 - roi_alarm)``,
+  upper edge may close further than the lower one, even below the controller's ratio, while the lower edge
+  still lifts a collapsing policy); the ROI threat rises as the cumulative ROI falls from
+  ``L * (1 + roi_slack)`` to ``L * (1 - roi_alarm)``,
   the budget threat as the spend runs ahead of the day's traffic plan by up to ``pace_alarm``;
 * with a budget, the ROI threat is weighed by how much of B the day has spent, up to ``roi_min_spend``: a
   campaign that paid a sliver of its budget for nothing yet (ROI 0 after a few slots of sparse traffic) has
@@ -34,11 +35,13 @@ from model.history import History
 class ShieldConfig:
     """The band's widths and the thresholds of the two threats (log-ratio units for widths).
 
-    The defaults were chosen on train days only (``python -m training.shield_sweep``; RESULTS.md, "the shield
-    closes above the controller"): among the settings that kept the shielded CSR within 0.05 of the PID's on
-    the train days of all four suite markets (the shipped model; on three of them a market it was not trained
-    on), the one with the highest mean ANS. The previous defaults (a symmetric band narrowing to 0.1 from
-    ``L * 1.1`` down to ``L * 0.7``, two warm-up slots) missed that bound on ``bench`` and ``volatile``.
+    The defaults were chosen on train days only (``python -m training.shield_sweep``; RESULTS.md, "a deficit on
+    a sliver of the budget"): among the settings that kept the shielded CSR within 0.05 of the PID's on the
+    train days of all four suite markets, in MC (the shipped model) and in SC (the ensemble trained on
+    ``sparse``), on all but one a market the model was not trained on, the one with the highest mean ANS.
+    Session 7's defaults (the upper edge closing to the controller's ratio from ``L * 1.1``, the ROI threat whole
+    from the first slot) missed that bound on ``sparse`` in SC; the defaults before them (a symmetric band
+    narrowing to 0.1 from ``L * 1.1`` down to ``L * 0.7``) on ``bench`` and ``volatile`` in MC.
     """
 
     wide: float = 0.7
@@ -46,10 +49,12 @@ class ShieldConfig:
     tight: float = 0.3
     """Half-width below the controller's ratio under full threat: a collapsing policy is lifted to about 74% of
     the controller's ratio."""
-    tight_above: float = 0.0
-    """Half-width above the controller's ratio under full threat: 0, no higher than the controller bids then
-    (0.05 missed the bound on ``bench``'s train days: 0.947 against 0.95)."""
-    roi_slack: float = 0.1
+    tight_above: float = -0.1
+    """Half-width above the controller's ratio under full threat, negative for an upper edge below it: -0.1, at
+    most 90% of the controller's ratio then, so a threatened policy ends the day more careful than the PID it
+    is measured against (0, no higher than the controller, missed the bound on ``sparse``'s SC train days;
+    0.05 missed it on ``bench``'s MC train days)."""
+    roi_slack: float = 0.2
     """No ROI threat while the cumulative ROI is at least ``L * (1 + roi_slack)``."""
     roi_alarm: float = 0.0
     """Full ROI threat once the cumulative ROI is down to ``L * (1 - roi_alarm)``: 0, at the target itself. (With
@@ -69,8 +74,8 @@ class ShieldConfig:
     def __post_init__(self) -> None:
         if not 0 < self.tight <= self.wide:
             raise ValueError("need 0 < tight <= wide")
-        if not 0 <= self.tight_above <= self.wide:
-            raise ValueError("need 0 <= tight_above <= wide")
+        if not -self.tight < self.tight_above <= self.wide:
+            raise ValueError("need -tight < tight_above <= wide")
         if self.roi_slack < 0 or self.roi_alarm < 0 or self.roi_slack + self.roi_alarm <= 0:
             raise ValueError("need roi_slack >= 0, roi_alarm >= 0 and roi_slack + roi_alarm > 0")
         if self.pace_alarm <= 0 or self.warmup_slots < 0:

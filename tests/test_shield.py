@@ -62,12 +62,12 @@ def test_a_ratio_inside_the_band_is_left_alone():
 def test_the_band_narrows_as_the_roi_or_the_budget_comes_under_threat():
     gains, config = ControllerGains(), ShieldConfig()
     # A ramp from L * 1.1 (no threat) down to L * 0.7 (full threat).
-    ramp = ShieldConfig(roi_alarm=0.3, tight=0.1, tight_above=0.1)
+    ramp = ShieldConfig(roi_slack=0.1, roi_alarm=0.3, tight=0.1, tight_above=0.1)
     threats = [threat_level(history_with(roi=roi), gains, ramp)[0] for roi in (2.0, 1.1, 1.0, 0.85, 0.7, 0.5)]
     assert threats[0] == threats[1] == 0.0 and threats[-2] == threats[-1] == 1.0
     assert all(a <= b for a, b in itertools.pairwise(threats)) and 0 < threats[3] < 1
     # The default alarm is the target itself: full threat from ROI = L down, part of it just above.
-    assert threat_level(history_with(roi=1.0), gains, config)[0] == 1.0
+    assert threat_level(history_with(roi=1.0), gains, config)[0] == pytest.approx(1.0)
     assert 0 < threat_level(history_with(roi=1.05), gains, config)[0] < 1
     with pytest.raises(ValueError, match="roi_slack"):
         ShieldConfig(roi_slack=0.0, roi_alarm=0.0)
@@ -100,9 +100,23 @@ def test_the_band_can_close_above_the_controller_while_it_still_lifts_a_collapse
     assert half.high[0] == pytest.approx(ref * np.exp(config.wide * (1 - w)))
     assert half.low[0] == pytest.approx(ref * np.exp(-(config.wide * (1 - w) + 0.3 * w)))
     with pytest.raises(ValueError, match="tight_above"):
-        ShieldConfig(tight_above=-0.1)
+        ShieldConfig(tight_above=-0.3)  # the band would be empty under full threat
     with pytest.raises(ValueError, match="tight_above"):
         ShieldConfig(tight_above=0.8)
+
+
+def test_a_negative_upper_width_keeps_a_threatened_policy_below_the_controller():
+    gains, config = ControllerGains(), ShieldConfig(tight_above=-0.1, tight=0.3)
+    losing = history_with(roi=0.6)
+    reference = controller_ratios(losing, gains)[0]
+    out = shield(losing, np.array([reference]), gains, config)
+    assert out.threat[0] == 1.0 and out.acted[0]
+    assert out.ratio[0] == pytest.approx(reference * np.exp(-0.1)) and out.low[0] < out.ratio[0]
+    # Safe: the band is as wide as ever above the controller.
+    healthy = history_with(roi=1.5)
+    assert shield(healthy, np.array([4.0]), gains, config).high[0] == pytest.approx(
+        controller_ratios(healthy, gains)[0] * np.exp(config.wide)
+    )
 
 
 def test_a_deficit_on_a_sliver_of_the_budget_is_a_threat_in_proportion():
@@ -117,7 +131,8 @@ def test_a_deficit_on_a_sliver_of_the_budget_is_a_threat_in_proportion():
     assert threat_level(history_with(roi=0.0, slots=6, cost_per_slot=0.2), gains, config)[0] == 1.0
     # A capped policy under a sliver's threat: the band stays nearly wide.
     out = shield(sliver, np.array([4.0]), gains, config)
-    assert out.high[0] == pytest.approx(controller_ratios(sliver, gains)[0] * np.exp(config.wide * 0.9))
+    above = config.wide * 0.9 + config.tight_above * 0.1
+    assert out.high[0] == pytest.approx(controller_ratios(sliver, gains)[0] * np.exp(above))
     with pytest.raises(ValueError, match="roi_min_spend"):
         ShieldConfig(roi_min_spend=1.5)
 
