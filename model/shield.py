@@ -39,9 +39,10 @@ class ShieldConfig:
     a sliver of the budget"): among the settings that kept the shielded CSR within 0.05 of the PID's on the
     train days of all four suite markets, in MC (the shipped model) and in SC (the ensemble trained on
     ``sparse``), on all but one a market the model was not trained on, the one with the highest mean ANS.
-    Session 7's defaults (the upper edge closing to the controller's ratio from ``L * 1.1``, the ROI threat whole
-    from the first slot) missed that bound on ``sparse`` in SC; the defaults before them (a symmetric band
-    narrowing to 0.1 from ``L * 1.1`` down to ``L * 0.7``) on ``bench`` and ``volatile`` in MC.
+    Session 7's defaults (the upper edge closing to the controller's ratio from ``L * 1.1``, a ROI deficit a
+    whole threat however little of B was spent) missed that bound on ``sparse`` in SC; the defaults before
+    them (a symmetric band narrowing to 0.1 from ``L * 1.1`` down to ``L * 0.7``) on ``bench`` and
+    ``volatile`` in MC.
     """
 
     wide: float = 0.7
@@ -67,7 +68,7 @@ class ShieldConfig:
     ``sparse`` market's train days, about 19 delivering impressions a slot, and nothing elsewhere)."""
     roi_min_spend: float = 0.02
     """With a budget, the ROI threat grows with the spent share of B up to this share and is whole from there: a
-    deficit on a sliver of the budget can still be earned back (0: whole from the first slot). 0.02 was chosen
+    deficit on a sliver of the budget can still be earned back (0: whole however little was spent). 0.02 was chosen
     on the four suite markets' train days (RESULTS.md, "a deficit on a sliver of the budget"); without a
     budget (SC) there is no scale to weigh by and the threat is whole."""
 
