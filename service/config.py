@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     """Most campaigns one /v1/slot-update/batch call may carry."""
     onnx_threads: int = Field(default=1, gt=0)
     """onnxruntime intra-op threads per session (1: predictable latency; scale out by processes)."""
+    metrics_campaign_limit: int = Field(default=10_000, ge=0)
+    """Most campaigns with series of their own in the per-campaign counters of ``/metrics`` (shield actions,
+    out-of-range slots), per process; the rest are counted under ``campaign="_other"``. 0: all under it."""
     log_level: str = "INFO"
     json_logs: bool = True
 

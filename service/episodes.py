@@ -204,9 +204,9 @@ class Episodes:
                 self.metrics.fallbacks.inc(n)
         for k, campaign in enumerate(campaigns):
             if decided.decided_by[k] == "shield":
-                self.metrics.shield_actions.labels(campaign=campaign).inc()
+                self.metrics.shield_actions.labels(campaign=self.metrics.campaign_label(campaign)).inc()
             if decided.clipped_features[k]:
-                self.metrics.out_of_range.labels(campaign=campaign).inc()
+                self.metrics.out_of_range.labels(campaign=self.metrics.campaign_label(campaign)).inc()
 
     async def apply_batch(self, updates: Sequence[SlotUpdate]) -> SlotUpdateBatchAnswer:
         """One answer per update, in order. Reads, decisions and writes go in chunks (one ``get_many``, one model call

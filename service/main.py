@@ -22,7 +22,7 @@ from service.routes import admin, bids, campaigns, health, slot_updates, ui
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.json_logs)
-    metrics = Metrics()
+    metrics = Metrics(campaign_limit=settings.metrics_campaign_limit)
     app = FastAPI(
         title="rcb bidding service",
         version="1",

@@ -1,17 +1,24 @@
 """Prometheus metrics of one service process (``GET /metrics``), in a registry of its own per app.
 
-With several workers each process reports its own series (scrape each, or sum in Prometheus).
+With several workers each process reports its own series (scrape each, or sum in Prometheus). The per-campaign
+counters keep their own series for the first ``campaign_limit`` campaigns they see and count the rest under
+``campaign="_other"``: a DSP with a million campaigns must not give Prometheus a million series per counter.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+OTHER_CAMPAIGNS = "_other"
+"""The ``campaign`` label of the per-campaign counters once ``campaign_limit`` campaigns have a series."""
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, campaign_limit: int = 10_000) -> None:
+        self.campaign_limit = campaign_limit
+        self._campaigns: set[str] = set()
         self.registry = CollectorRegistry()
         r = self.registry
         self.request_seconds = Histogram(
@@ -54,6 +61,15 @@ class Metrics:
             "rcb_model_loaded", "1 when a model is loaded, 0 when the fallback decides", registry=r
         )
         self.store_up = Gauge("rcb_store_up", "1 when the last store ping answered", registry=r)
+
+    def campaign_label(self, campaign: str) -> str:
+        """``campaign`` while it has (or may still get) a series of its own, else :data:`OTHER_CAMPAIGNS`."""
+        if campaign in self._campaigns:
+            return campaign
+        if len(self._campaigns) < self.campaign_limit:
+            self._campaigns.add(campaign)
+            return campaign
+        return OTHER_CAMPAIGNS
 
     def set_model(self, version: str, loaded: bool) -> None:
         self.model_info.clear()

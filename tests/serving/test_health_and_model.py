@@ -7,6 +7,8 @@ import shutil
 
 import pytest
 
+from service.metrics import OTHER_CAMPAIGNS, Metrics
+
 from .app_fixtures import register, serving, update
 
 pytestmark = pytest.mark.usefixtures("models")
@@ -120,3 +122,38 @@ def test_the_shield_caps_a_runaway_model_and_counts_it(models):
         assert all(a["decided_by"] == "shield" and a["bid_ratio"] < 4.0 for a in answers)
         text = c.get("/metrics").text
         assert metric(text, 'rcb_shield_actions_total{campaign="c1"}') == 4
+
+
+def test_per_campaign_series_are_bounded(models):
+    """Past ``metrics_campaign_limit`` campaigns, shield actions are counted under campaign="_other", none lost."""
+    with serving(models.cbrl_model, shield=True, metrics_campaign_limit=2) as c:
+        campaigns = ["c1", "c2", "c3", "c4"]
+        for campaign in campaigns:
+            assert register(c, campaign=campaign).status_code == 201
+        runner = c.app.state.runner
+        original = runner.policy.decide
+
+        def runaway(histories, keys):
+            decision = original(histories, keys)
+            return type(decision)(ratio=decision.ratio * 0 + 4.0, mean=decision.mean, std=decision.std)
+
+        runner.policy.decide = runaway
+        try:
+            for campaign in campaigns:
+                for s in range(2):
+                    answer = c.post("/v1/slot-update", json=update(campaign=campaign, slot=s, delivery=1.0, cost=4.0))
+                    assert answer.json()["decided_by"] == "shield"
+        finally:
+            runner.policy.decide = original
+        text = c.get("/metrics").text
+        assert metric(text, 'rcb_shield_actions_total{campaign="c1"}') == 2
+        assert metric(text, 'rcb_shield_actions_total{campaign="c2"}') == 2
+        assert 'campaign="c3"' not in text and 'campaign="c4"' not in text
+        assert metric(text, 'rcb_shield_actions_total{campaign="_other"}') == 4
+        assert metric(text, "rcb_shield_actions_total") == 8
+
+
+def test_a_zero_campaign_limit_counts_every_campaign_under_other():
+    metrics = Metrics(campaign_limit=0)
+    assert metrics.campaign_label("c1") == OTHER_CAMPAIGNS
+    assert Metrics(campaign_limit=1).campaign_label("c1") == "c1"
