@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -103,22 +105,29 @@ def test_openapi_documents_bodies_and_errors(models):
     assert json.dumps(schema)  # serializable
 
 
+@contextmanager
+def runaway_model(client) -> Iterator[None]:
+    """Within the block the served model proposes the top ratio (4.0) for every campaign: the shield must act."""
+    runner = client.app.state.runner
+    original = runner.policy.decide
+
+    def runaway(histories, keys):
+        decision = original(histories, keys)
+        return type(decision)(ratio=decision.ratio * 0 + 4.0, mean=decision.mean, std=decision.std)
+
+    runner.policy.decide = runaway
+    try:
+        yield
+    finally:
+        runner.policy.decide = original
+
+
 def test_the_shield_caps_a_runaway_model_and_counts_it(models):
     with serving(models.cbrl_model, shield=True) as c:
         assert c.get("/readyz").json()["shield"] is True
         register(c)
-        runner = c.app.state.runner
-        original = runner.policy.decide
-
-        def runaway(histories, keys):
-            decision = original(histories, keys)
-            return type(decision)(ratio=decision.ratio * 0 + 4.0, mean=decision.mean, std=decision.std)
-
-        runner.policy.decide = runaway
-        try:
+        with runaway_model(c):
             answers = [c.post("/v1/slot-update", json=update(slot=s, delivery=1.0, cost=4.0)).json() for s in range(4)]
-        finally:
-            runner.policy.decide = original
         assert all(a["decided_by"] == "shield" and a["bid_ratio"] < 4.0 for a in answers)
         text = c.get("/metrics").text
         assert metric(text, 'rcb_shield_actions_total{campaign="c1"}') == 4
@@ -130,21 +139,11 @@ def test_per_campaign_series_are_bounded(models):
         campaigns = ["c1", "c2", "c3", "c4"]
         for campaign in campaigns:
             assert register(c, campaign=campaign).status_code == 201
-        runner = c.app.state.runner
-        original = runner.policy.decide
-
-        def runaway(histories, keys):
-            decision = original(histories, keys)
-            return type(decision)(ratio=decision.ratio * 0 + 4.0, mean=decision.mean, std=decision.std)
-
-        runner.policy.decide = runaway
-        try:
+        with runaway_model(c):
             for campaign in campaigns:
                 for s in range(2):
                     answer = c.post("/v1/slot-update", json=update(campaign=campaign, slot=s, delivery=1.0, cost=4.0))
                     assert answer.json()["decided_by"] == "shield"
-        finally:
-            runner.policy.decide = original
         text = c.get("/metrics").text
         assert metric(text, 'rcb_shield_actions_total{campaign="c1"}') == 2
         assert metric(text, 'rcb_shield_actions_total{campaign="c2"}') == 2
