@@ -67,7 +67,7 @@ from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
 from training.agents.sac import reference_of
 from training.files import atomic_write_text
-from training.train import RUN_FILE, best_bidder, load_best, load_ensemble_bidder
+from training.train import RUN_FILE, best_bidder, load_best, load_ensemble_bidder, reference_controller
 
 OPSET = 20
 """ONNX opset of both graphs (onnxruntime >= 1.17 runs it); recorded in model.json."""
@@ -267,10 +267,11 @@ def export_ensemble(
     runs = [Path(r) for r in runs]
     check_destination(Path(out), force)
     try:  # RunError (a ValueError, passed on) when a run is not finished or the runs do not match
-        bidder, bodies = load_ensemble_bidder(runs)
+        loaded = [load_best(run) for run in runs]
+        bidder, bodies = load_ensemble_bidder(runs, loaded)
     except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as exc:
         raise ExportError(f"{', '.join(map(str, runs))}: cannot load the best actors ({exc})") from None
-    saved, body = load_best(runs[0])
+    saved, body = loaded[0]
     try:
         first = run_provenance(runs[0], body, saved)
     except (KeyError, ValidationError) as exc:
@@ -433,29 +434,17 @@ def record_figures(model_dir: Path, measured: dict[str, Any]) -> ModelCard:
 
 
 def _train_days_reference(body: dict[str, Any]) -> tuple[tuple[float, ...] | None, dict[str, float] | None]:
-    """The shield's and the fallback controller's reference, from the run's train days (the market opened once):
-    their mean share of auctions per slot (logs only) and the PID baseline tuned there (``rcb evaluate``'s tuning,
-    cached beside the market). ``None`` for what cannot be had here (the run's market is not on this machine)."""
-    from model.controller import ControllerGains
-    from training.dayset import DaySet, traffic_profile
-    from training.evaluate import tuned_baseline
+    """The shield's and the fallback controller's reference for a non-residual run: the one a residual run trains
+    around (:func:`training.train.reference_controller`, its market's train days). ``(None, None)`` when it cannot
+    be had here (the run's market is not on this machine, or has no train days)."""
     from training.market.dataset import Market, MarketError
 
     try:
         market = Market.open(Path(str(body.get("market", ""))))
-        train = market.split("train")
-    except (MarketError, OSError, ValueError):
-        return None, None
-    if not train:
-        return None, None
-    profile: tuple[float, ...] | None
-    try:
-        profile = tuple(round(float(x), 8) for x in traffic_profile([market.load(e.day) for e in train]))
-    except (MarketError, OSError, ValueError):
-        profile = None
-    try:
-        setting = Setting(body["setting"])
-        pid, _ = tuned_baseline(market, "pid", setting, lambda: DaySet.load(market, "train", setting))
+        if not market.split("train"):
+            return None, None
+        reference = reference_controller(market, Setting(body["setting"]))
     except (MarketError, OSError, ValueError, KeyError):
-        return profile, None
-    return profile, ControllerGains.with_profile(None, pid.params()).tuned()
+        return None, None
+    profile = tuple(float(x) for x in reference.pop("traffic_profile"))
+    return profile, reference

@@ -134,15 +134,21 @@ def run_training(
     return body
 
 
-def reference_controller(market: Market, setting: Setting, days: DaySet) -> dict[str, Any]:
-    """A residual run's reference controller: the PID tuned on the train days (``rcb evaluate``'s tuning, cached
-    beside the market) and the train days' traffic profile, as :attr:`SACConfig.controller` holds them."""
+def reference_controller(market: Market, setting: Setting, days: DaySet | None = None) -> dict[str, Any]:
+    """The controller a run is measured against and corrects: the PID tuned on ``market``'s train days (``rcb
+    evaluate``'s tuning, cached beside the market) and those days' traffic profile, as :attr:`SACConfig.controller`
+    and a model card hold them. ``days``: the train days if already loaded (else their logs are read, and the
+    oracles solved only when the tuning is not cached). Raises what opening the market or tuning raises."""
     from model.controller import ControllerGains
+    from training.dayset import traffic_profile
     from training.evaluate import tuned_baseline
 
-    pid, _ = tuned_baseline(market, "pid", setting, lambda: days)
+    pid, _ = tuned_baseline(
+        market, "pid", setting, (lambda: days) if days is not None else lambda: DaySet.load(market, "train", setting)
+    )
+    logs = days.logs if days is not None else [market.load(entry.day) for entry in market.split("train")]
     gains = ControllerGains.with_profile(None, pid.params()).tuned()
-    return {**gains, "traffic_profile": [round(float(x), 8) for x in days.traffic_profile()]}
+    return {**gains, "traffic_profile": [round(float(x), 8) for x in traffic_profile(logs)]}
 
 
 def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
@@ -190,15 +196,19 @@ def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:
     return best_bidder(saved), body
 
 
-def load_ensemble_bidder(runs: list[Path]) -> tuple[PolicyBidder, list[dict[str, Any]]]:
+def load_ensemble_bidder(
+    runs: list[Path], loaded: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
+) -> tuple[PolicyBidder, list[dict[str, Any]]]:
     """The runs' best actors as one deterministic bidder (:mod:`training.agents.ensemble`) and their run bodies.
 
-    The runs must share the setting and the train data (the same market's train split)."""
+    The runs must share the setting and the train data (the same market's train split). ``loaded``: their
+    :func:`load_best` answers, when the caller has read them already."""
     from training.agents.ensemble import ensemble_of
 
     if not runs:
         raise RunError("an ensemble needs at least one run")
-    members = [load_run_bidder(Path(run)) for run in runs]
+    loaded = loaded if loaded is not None else [load_best(Path(run)) for run in runs]
+    members = [(best_bidder(saved), body) for saved, body in loaded]
     bodies = [body for _, body in members]
     for what in ("setting", "data_fingerprint"):
         if len({str(body.get(what)) for body in bodies}) != 1:

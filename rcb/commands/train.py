@@ -117,6 +117,14 @@ def train_command(
         float | None,
         typer.Option("--action-step", min=0.01, max=2.0, help="Largest log-ratio move of one action."),
     ] = _default("action_step"),
+    relaxed_stages: Annotated[
+        bool | None,
+        typer.Option(
+            "--relaxed-stages/--no-relaxed-stages",
+            help="crl/cbrl: open with the paper's relaxed curriculum stages (b = 0.1, then 0.2); off: the original"
+            " problem from the first epoch. Default: on.",
+        ),
+    ] = None,
     roi_margin: Annotated[
         float | None,
         typer.Option(
@@ -156,6 +164,8 @@ def train_command(
                 residual = bool(resumed.get("residual", False)) if residual is None else residual
                 roi_margin = float(resumed.get("roi_margin", 0.0)) if roi_margin is None else roi_margin
                 regime_spread = float(resumed.get("regime_spread", 0.0)) if regime_spread is None else regime_spread
+                if relaxed_stages is None:
+                    relaxed_stages = bool(resumed.get("relaxed_stages", True))
             Market.open(data)  # a missing or malformed market is reported before the bar is drawn
             overrides = {
                 "epochs": epochs,
@@ -165,6 +175,7 @@ def train_command(
                 "action_step": action_step,
                 "roi_margin": roi_margin,
                 "regime_spread": regime_spread,
+                "relaxed_stages": relaxed_stages,
             }
             config = SACConfig(
                 algo=algo,

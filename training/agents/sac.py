@@ -163,6 +163,9 @@ class SACConfig:
     """Domain randomization (:mod:`training.domain_randomization`): each collected episode replays its day with
     prices and delivery each scaled by ``exp(U(-spread, spread))``; model selection plays the days unscaled.
     0: off."""
+    relaxed_stages: bool = True
+    """crl and cbrl: open with the paper's relaxed curriculum stages (cold start ``b`` = 0.1, warm-up 0.2);
+    False: the original problem from the first epoch (a residual policy already starts at its controller)."""
     validation_fraction: float = VALIDATION_FRACTION
     """Share of the train days held out for model selection (:func:`training.dayset.split_validation`)."""
     seed: int = 0
@@ -183,6 +186,8 @@ class SACConfig:
                 stages = (replace(stages[0], gamma=self.uscb_gamma),)
             elif self.algo == "rcpo":
                 stages = (replace(stages[0], multiplier=self.rcpo_multiplier),)
+            elif not self.relaxed_stages:
+                stages = SPARSE_ONLY
             self.curriculum = stages
 
     @property
