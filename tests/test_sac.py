@@ -174,6 +174,9 @@ def test_config_and_validation_split():
     assert SACConfig(algo="hard", residual=True).roi_margin == RESIDUAL_ROI_MARGIN
     assert SACConfig(algo="hard").curriculum[0].b is None
     assert [s.b for s in SACConfig(algo="crl").curriculum] == [0.1, 0.2, None]
+    # Without the relaxed stages a curriculum algo plays the original problem from the first epoch.
+    assert [s.name for s in SACConfig(algo="cbrl", relaxed_stages=False).curriculum] == ["original problem"]
+    assert [s.name for s in SACConfig(algo="uscb", relaxed_stages=False).curriculum] == ["uscb"]  # no relaxed stages
 
     class Days:  # split_validation only needs len()
         def __len__(self) -> int:

@@ -191,6 +191,20 @@ def test_automated_curriculum_learns_b_and_records_it(market: Path, tmp_path: Pa
     )
 
 
+def test_no_relaxed_stages_trains_the_original_problem_from_the_first_epoch(market: Path, tmp_path: Path):
+    out = tmp_path / "plain"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "crl"]
+    result = runner.invoke(app, [*args, "--epochs", "2", "--updates-per-epoch", "10", "--no-relaxed-stages"])
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "run.json").read_text())
+    assert body["config"]["relaxed_stages"] is False
+    assert [h["stage"] for h in body["history"]] == ["original problem"] * 2
+    # Resumed without the flag, the run keeps the choice it started with.
+    resumed = runner.invoke(app, [*args, "--epochs", "3", "--updates-per-epoch", "10", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert [h["stage"] for h in json.loads((out / "run.json").read_text())["history"]] == ["original problem"] * 3
+
+
 def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
     from training.agents.sac import SACConfig, random_policy_score, train
     from training.dayset import DaySet
