@@ -272,3 +272,14 @@ def test_the_service_warns_when_the_card_was_measured_behind_another_shield(
         caplog.clear()
         ModelRunner(model, use_shield=False).load()
     assert "another shield setting" not in caplog.text
+
+
+def test_a_run_whose_market_is_not_here_exports_without_a_reference(exported: Exported, tmp_path: Path):
+    """A non-residual run's card takes its controller from the run's market; elsewhere it gets neither half."""
+    from model.controller import GAIN_FIELDS
+    from training.export import _train_days_reference
+
+    assert _train_days_reference({"market": str(tmp_path / "gone"), "setting": "sc"}) == (None, None)
+    profile, controller = _train_days_reference({"market": str(exported.market), "setting": "sc"})
+    assert profile is not None and len(profile) == 48 and abs(sum(profile) - 1) < 1e-6
+    assert controller is not None and set(controller) == set(GAIN_FIELDS)
