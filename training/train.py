@@ -143,10 +143,15 @@ def reference_controller(market: Market, setting: Setting, days: DaySet | None =
     from training.dayset import traffic_profile
     from training.evaluate import tuned_baseline
 
-    pid, _ = tuned_baseline(
-        market, "pid", setting, (lambda: days) if days is not None else lambda: DaySet.load(market, "train", setting)
-    )
-    logs = days.logs if days is not None else [market.load(entry.day) for entry in market.split("train")]
+    loaded: list[DaySet] = [] if days is None else [days]
+
+    def train_days() -> DaySet:  # loaded at most once, and only when the tuning is not cached
+        if not loaded:
+            loaded.append(DaySet.load(market, "train", setting))
+        return loaded[0]
+
+    pid, _ = tuned_baseline(market, "pid", setting, train_days)
+    logs = loaded[0].logs if loaded else [market.load(entry.day) for entry in market.split("train")]
     gains = ControllerGains.with_profile(None, pid.params()).tuned()
     return {**gains, "traffic_profile": [round(float(x), 8) for x in traffic_profile(logs)]}
 
