@@ -226,3 +226,26 @@ def test_a_residual_agent_needs_its_reference_controller():
         SACAgent(SACConfig(algo="cbrl", residual=True))
     with pytest.raises(ValueError, match="reference controller"):
         PolicyBidder(TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=0.3, residual=True), stochastic=False)
+
+
+def test_a_zero_start_residual_policy_bids_its_controller_until_it_learns():
+    """``start_at_controller``: the untrained mean is 0, so the deterministic ratio is the controller's for any
+    observation and latent; sampling still explores around it."""
+    from model.features import CONTROLLER_INDEX
+
+    torch.manual_seed(0)
+    policy = TanhGaussianPolicy(N_FEATURES + 1 + 8, hidden=16, step=0.3, residual=True, zero_start=True)
+    obs = torch.rand(256, N_FEATURES + 1 + 8) * 4 - 2  # the latent's columns take any value
+    obs[:, CONTROLLER_INDEX] = torch.linspace(0.01, 0.99, 256)
+    with torch.no_grad():
+        assert torch.allclose(policy.act(obs), obs[:, CONTROLLER_INDEX] * RATIO_MAX, atol=1e-6)
+        sampled, _, _ = policy.sample(obs)
+    assert (sampled - obs[:, CONTROLLER_INDEX] * RATIO_MAX).abs().max() > 0.01
+    plain = TanhGaussianPolicy(N_FEATURES + 1 + 8, hidden=16, step=0.3, residual=True)
+    with torch.no_grad():
+        assert not torch.allclose(plain.act(obs), obs[:, CONTROLLER_INDEX] * RATIO_MAX, atol=1e-3)
+    with pytest.raises(ValueError, match="zero_start needs a residual"):
+        TanhGaussianPolicy(N_FEATURES, hidden=16, step=0.3, zero_start=True)
+    with pytest.raises(ValueError, match="start_at_controller needs a residual"):
+        SACConfig(algo="crl", start_at_controller=True)
+    assert SACConfig(algo="cbrl", start_at_controller=True).start_at_controller

@@ -236,3 +236,45 @@ def test_help_shows_sacconfig_defaults():
     # The residual choice and its margin depend on the algo: the help says so instead of a fixed default.
     assert "Default: residual for cbrl, not for the rivals." in text and "[default: None]" not in text
     assert f"[default: {config.updates_per_epoch}]" in text and f"[default: {config.uscb_gamma}]" in text
+
+
+def test_start_at_controller_makes_the_controller_the_first_candidate_of_model_selection(market: Path, tmp_path: Path):
+    """``--start-at-controller``: the untrained policy, which bids the PID exactly, is scored on the validation days
+    before epoch 0; best.pt holds a trained epoch only where one beat it, and a resume keeps the choice."""
+    from training.agents.sac import play_days, score
+    from training.dayset import DaySet, split_validation
+    from training.market.dataset import Market
+    from training.train import load_best
+
+    out = tmp_path / "from-pid"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "cbrl"]
+    args += ["--updates-per-epoch", "5"]
+    result = runner.invoke(app, [*args, "--epochs", "1", "--start-at-controller", "--json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "run.json").read_text())
+    assert body["config"]["start_at_controller"] is True
+    # The controller's score is the run's PID played on the validation days.
+    from model.controller import ControllerGains, controller_ratios
+    from training.bidders.base import Bidder
+
+    gains = ControllerGains.with_profile(body["config"]["controller"]["traffic_profile"], body["config"]["controller"])
+
+    class Controller(Bidder):
+        def bid(self, history):
+            return controller_ratios(history, gains)
+
+    days = DaySet.load(Market.open(market), "train", "sc")
+    _, validation_days = split_validation(days, body["config"]["validation_fraction"])
+    assert len(validation_days) > 0
+    outcome, _ = play_days(Controller(), days, validation_days, 1, seed=0)
+    assert body["controller_validation_score"] == pytest.approx(score(outcome, days, validation_days), abs=1e-9)
+    scores = [body["controller_validation_score"], *(h["validation_score"] for h in body["history"])]
+    assert body["best_validation_score"] == max(scores)
+    saved, _ = load_best(out)
+    assert saved["epoch"] == int(np.argmax(scores)) - 1  # -1: the untrained policy, i.e. the controller
+    resumed = runner.invoke(app, [*args, "--epochs", "2", "--resume", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    body = json.loads((out / "run.json").read_text())
+    assert body["config"]["start_at_controller"] is True and len(body["history"]) == 2
+    refused = runner.invoke(app, [*args[:6], str(tmp_path / "x"), *args[7:], "--no-residual", "--start-at-controller"])
+    assert refused.exit_code != 0 and "start_at_controller needs a residual" in refused.output

@@ -94,7 +94,10 @@ def run_training(
     days = DaySet.load(market, "train", setting)
     if config.residual and config.controller is None:
         config.controller = reference_controller(market, setting, days)
-    best = max((h["validation_score"] for h in history), default=float("-inf"))
+    # start_at_controller: the untrained policy (the controller) is the first candidate of model selection
+    controller_score = previous.get("controller_validation_score") if state is not None else None
+    scores = [h["validation_score"] for h in history] + ([controller_score] if controller_score is not None else [])
+    best = max(scores, default=float("-inf"))
     body: dict[str, Any] = {
         "format": "rcb-run/1",
         "market": str(data),
@@ -105,28 +108,38 @@ def run_training(
         "status": "training",
         "history": history,
     }
+    if controller_score is not None:
+        body["controller_validation_score"] = controller_score
 
-    def checkpoint(log: EpochLog, agent: SACAgent) -> None:
+    def keep_best(score: float, agent: SACAgent, epoch: int) -> None:
         nonlocal best
-        history.append(asdict(log))
-        if log.validation_score > best:
-            best = log.validation_score
+        if score > best:
+            best = score
             best_actor = {
                 "actor": agent.actor.state_dict(),
                 "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
                 "config": config.to_dict(),
-                "epoch": log.epoch,
+                "epoch": epoch,
             }
             _atomic_save(best_actor, out / "best.pt")
+
+    def controller_start(score: float, agent: SACAgent) -> None:
+        """The untrained policy bids the controller: epoch -1 of model selection."""
+        body["controller_validation_score"] = score  # run.json is first written after epoch 0's checkpoint
+        keep_best(score, agent, -1)
+
+    def checkpoint(log: EpochLog, agent: SACAgent) -> None:
+        history.append(asdict(log))
+        keep_best(log.validation_score, agent, log.epoch)
         _atomic_save(agent_state(agent, log.epoch + 1), out / "checkpoint.pt")
         _write_json(body, run_file)
-        write_curves(history, out)
+        write_curves(history, out, body.get("controller_validation_score"))
         if on_epoch:
             on_epoch(log)
 
     remaining = config.epochs - start_epoch
     if remaining > 0:
-        train(config, days, on_epoch=checkpoint, start_epoch=start_epoch, state=state)
+        train(config, days, on_epoch=checkpoint, start_epoch=start_epoch, state=state, on_start=controller_start)
     body["status"] = "done"
     body["train_seconds"] = sum(h.get("seconds", 0.0) for h in history)
     body["best_validation_score"] = best
@@ -161,8 +174,9 @@ def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
     return {"next_epoch": next_epoch, **agent.state_dict()}
 
 
-def write_curves(history: list[dict[str, Any]], out: Path) -> None:
-    """``curves.csv`` and ``curves.png``: train and validation score per epoch, curriculum stages shaded."""
+def write_curves(history: list[dict[str, Any]], out: Path, controller_score: float | None = None) -> None:
+    """``curves.csv`` and ``curves.png``: train and validation score per epoch, curriculum stages marked;
+    ``controller_score``: the untrained policy's (the controller's) validation score, a dashed line."""
     with (out / "curves.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(history[0]))
         writer.writeheader()
@@ -174,6 +188,8 @@ def write_curves(history: list[dict[str, Any]], out: Path) -> None:
     epochs = [h["epoch"] for h in history]
     ax.plot(epochs, [h["train_score"] for h in history], "o-", label="train days")
     ax.plot(epochs, [h["validation_score"] for h in history], "s-", label="validation days")
+    if controller_score is not None:
+        ax.axhline(controller_score, color="C1", ls="--", lw=1, label="controller, validation days")
     for epoch, h in enumerate(history):
         if epoch == 0 or h["stage"] != history[epoch - 1]["stage"]:
             ax.axvline(h["epoch"] - 0.5, color="grey", lw=0.8, ls=":")

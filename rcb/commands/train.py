@@ -125,6 +125,14 @@ def train_command(
             " problem from the first epoch. Default: on.",
         ),
     ] = None,
+    start_at_controller: Annotated[
+        bool | None,
+        typer.Option(
+            "--start-at-controller/--no-start-at-controller",
+            help="Residual runs: start the policy as its controller exactly and keep a trained epoch only where it"
+            " beats the controller on the validation days. Default: off.",
+        ),
+    ] = None,
     roi_margin: Annotated[
         float | None,
         typer.Option(
@@ -166,6 +174,8 @@ def train_command(
                 regime_spread = float(resumed.get("regime_spread", 0.0)) if regime_spread is None else regime_spread
                 if relaxed_stages is None:
                     relaxed_stages = bool(resumed.get("relaxed_stages", True))
+                if start_at_controller is None:
+                    start_at_controller = bool(resumed.get("start_at_controller", False))
             Market.open(data)  # a missing or malformed market is reported before the bar is drawn
             overrides = {
                 "epochs": epochs,
@@ -176,6 +186,7 @@ def train_command(
                 "roi_margin": roi_margin,
                 "regime_spread": regime_spread,
                 "relaxed_stages": relaxed_stages,
+                "start_at_controller": start_at_controller,
             }
             config = SACConfig(
                 algo=algo,

@@ -39,15 +39,32 @@ class TanhGaussianPolicy(nn.Module):
     * ``step > 0`` and ``residual``: the same with ``base`` the reference controller's ratio for this slot
       (the ``controller_ratio`` feature): the policy learns a bounded correction of a PID, not the control
       law itself, so an untrained or confused policy bids near the controller.
+
+    ``zero_start`` (residual only): the mean's output row starts at zero, so the untrained policy's deterministic
+    ratio *is* the controller's (``tanh(0) = 0``), whatever the latent; exploration noise is unchanged.
     """
 
     def __init__(
-        self, inputs: int, hidden: int = 128, step: float = 0.0, start_ratio: float = 1.0, residual: bool = False
+        self,
+        inputs: int,
+        hidden: int = 128,
+        step: float = 0.0,
+        start_ratio: float = 1.0,
+        residual: bool = False,
+        zero_start: bool = False,
     ):
         super().__init__()
         if residual and step <= 0:
             raise ValueError("a residual policy needs a relative action step > 0")
+        if zero_start and not residual:
+            raise ValueError("zero_start needs a residual policy (it starts at its controller)")
         self.body = mlp(inputs, hidden, 2)
+        if zero_start:
+            head = self.body[-1]
+            assert isinstance(head, nn.Linear)
+            with torch.no_grad():  # row 0 is the mean; row 1 (log std) keeps its random init
+                head.weight[0].zero_()
+                head.bias[0].zero_()
         self.step = float(step)
         self.start_ratio = float(start_ratio)
         self.residual = residual

@@ -166,6 +166,10 @@ class SACConfig:
     relaxed_stages: bool = True
     """crl and cbrl: open with the paper's relaxed curriculum stages (cold start ``b`` = 0.1, warm-up 0.2);
     False: the original problem from the first epoch (a residual policy already starts at its controller)."""
+    start_at_controller: bool = False
+    """Residual runs: the policy starts as its controller exactly (:class:`TanhGaussianPolicy`'s ``zero_start``),
+    and model selection scores that untrained policy on the validation days first, so a trained epoch is kept
+    only where it beats the controller there (else the run's best actor bids the controller)."""
     validation_fraction: float = VALIDATION_FRACTION
     """Share of the train days held out for model selection (:func:`training.dayset.split_validation`)."""
     seed: int = 0
@@ -180,6 +184,8 @@ class SACConfig:
             self.roi_margin = RESIDUAL_ROI_MARGIN if self.residual else 0.0
         if self.regime_spread < 0:
             raise ValueError("regime_spread must be >= 0")
+        if self.start_at_controller and not self.residual:
+            raise ValueError("start_at_controller needs a residual run (it starts at the reference controller)")
         if not self.curriculum:
             stages = CURRICULA[self.algo]
             if self.algo == "uscb":
@@ -398,7 +404,12 @@ class SACAgent:
             else None
         )
         self.actor = TanhGaussianPolicy(
-            width + latent, config.hidden, config.action_step, config.start_ratio, residual=config.residual
+            width + latent,
+            config.hidden,
+            config.action_step,
+            config.start_ratio,
+            residual=config.residual,
+            zero_start=config.start_at_controller,
         )
         self.critic = TwinQ(width + latent, config.hidden)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -567,11 +578,14 @@ def train(
     on_epoch: Callable[[EpochLog, SACAgent], None] | None = None,
     start_epoch: int = 0,
     state: dict[str, Any] | None = None,
+    on_start: Callable[[float, SACAgent], None] | None = None,
 ) -> tuple[SACAgent, list[EpochLog]]:
     """Train on ``days`` (a train split); ``on_epoch`` sees every epoch's log (checkpointing, progress).
 
     Resuming (``state`` from a checkpoint, ``start_epoch`` after the last finished epoch) restores the
     networks, optimizers, schedules and torch's generator; the replay buffer starts empty and refills.
+    With :attr:`SACConfig.start_at_controller`, a fresh run first scores the untrained policy (its controller)
+    on the validation days and hands that score to ``on_start``.
     """
     torch.set_num_threads(config.torch_threads)
     rng = np.random.default_rng([config.seed, start_epoch])
@@ -586,6 +600,10 @@ def train(
     if auto is not None:  # the agent carries (and checkpoints) the learned b_k; resume from it
         auto.b.update(agent.curriculum_b)
         agent.curriculum_b = auto.b
+    if config.start_at_controller and state is None and on_start is not None:
+        initial = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder, controller=agent.controller)
+        outcome, _ = play_days(initial, days, validation_days, 1, seed=0)
+        on_start(score(outcome, days, validation_days), agent)
     logs = []
     for epoch in range(start_epoch, config.epochs):
         started = time.perf_counter()
