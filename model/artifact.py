@@ -145,7 +145,8 @@ class TrainingInfo(BaseModel):
     data_fingerprint: str = Field(min_length=1)
     """sha256 over the train split's day files and constraints (``Market.split_fingerprint("train")``)."""
     epoch: int | None = None
-    """The epoch whose actor was exported (the best on validation days)."""
+    """The epoch whose actor was exported (the best on validation days; -1: the untrained policy of a
+    ``--start-at-controller`` run, which bids its controller)."""
     traffic_profile: tuple[float, ...] | None = None
     """Mean share of a day's auctions in each of the 48 slots over the train days: the safety shield's and the
     fallback controller's budget pacing plan (uniform where absent)."""
