@@ -253,20 +253,16 @@ def test_start_at_controller_makes_the_controller_the_first_candidate_of_model_s
     assert result.exit_code == 0, result.output
     body = json.loads((out / "run.json").read_text())
     assert body["config"]["start_at_controller"] is True
-    # The controller's score is the run's PID played on the validation days.
-    from model.controller import ControllerGains, controller_ratios
-    from training.bidders.base import Bidder
+    # The controller's score is the run's PID (the PID baseline with the run's gains) played on the validation days.
+    from model.controller import GAIN_FIELDS
+    from training.bidders.pid import PID
 
-    gains = ControllerGains.with_profile(body["config"]["controller"]["traffic_profile"], body["config"]["controller"])
-
-    class Controller(Bidder):
-        def bid(self, history):
-            return controller_ratios(history, gains)
-
+    controller = body["config"]["controller"]
+    pid = PID(np.asarray(controller["traffic_profile"]), **{k: controller[k] for k in GAIN_FIELDS})
     days = DaySet.load(Market.open(market), "train", "sc")
     _, validation_days = split_validation(days, body["config"]["validation_fraction"])
     assert len(validation_days) > 0
-    outcome, _ = play_days(Controller(), days, validation_days, 1, seed=0)
+    outcome, _ = play_days(pid, days, validation_days, 1, seed=0)
     assert body["controller_validation_score"] == pytest.approx(score(outcome, days, validation_days), abs=1e-9)
     scores = [body["controller_validation_score"], *(h["validation_score"] for h in body["history"])]
     assert body["best_validation_score"] == max(scores)

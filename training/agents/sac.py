@@ -572,6 +572,14 @@ def score(outcome: Outcome, days: DaySet, chosen: np.ndarray) -> float:
     return float(episode_scores(outcome.delivery, outcome.cost, days.subset(chosen)).mean())
 
 
+def greedy_score(agent: SACAgent, days: DaySet, chosen: np.ndarray) -> float:
+    """:func:`score` of the agent's deterministic policy on ``days[chosen]``, played once with seed 0 (model
+    selection's measure)."""
+    greedy = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder, controller=agent.controller)
+    outcome, _ = play_days(greedy, days, chosen, 1, seed=0)
+    return score(outcome, days, chosen)
+
+
 def train(
     config: SACConfig,
     days: DaySet,
@@ -601,9 +609,7 @@ def train(
         auto.b.update(agent.curriculum_b)
         agent.curriculum_b = auto.b
     if config.start_at_controller and state is None and on_start is not None:
-        initial = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder, controller=agent.controller)
-        outcome, _ = play_days(initial, days, validation_days, 1, seed=0)
-        on_start(score(outcome, days, validation_days), agent)
+        on_start(greedy_score(agent, days, validation_days), agent)
     logs = []
     for epoch in range(start_epoch, config.epochs):
         started = time.perf_counter()
@@ -641,16 +647,13 @@ def train(
             )
             for step in range(refit + config.updates_per_epoch)
         ]
-        greedy = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder, controller=agent.controller)
-        train_outcome, _ = play_days(greedy, days, train_days, 1, seed=0)
-        validation_outcome, _ = play_days(greedy, days, validation_days, 1, seed=0)
         log = EpochLog(
             epoch=epoch,
             stage=stage.name,
             b=stage.b,
             updates=agent.updates,
-            train_score=score(train_outcome, days, train_days),
-            validation_score=score(validation_outcome, days, validation_days),
+            train_score=greedy_score(agent, days, train_days),
+            validation_score=greedy_score(agent, days, validation_days),
             critic_loss=float(np.mean([s.critic_loss for s in stats])),
             actor_loss=float(np.nanmean([s.actor_loss for s in stats])),
             alpha=float(agent.log_alpha.detach().exp()),
