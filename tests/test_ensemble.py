@@ -18,7 +18,7 @@ from training.agents.ensemble import EnsembleActor, ensemble_of, median_last
 from training.agents.networks import TanhGaussianPolicy
 from training.bidders.base import play
 from training.dayset import DaySet, split_validation
-from training.evaluate import EvaluationError, evaluate, parse_methods
+from training.evaluate import EvaluationError, evaluate, method_warnings, parse_methods
 from training.market.dataset import Market
 from training.train import RunError, load_ensemble_bidder
 
@@ -71,6 +71,34 @@ def test_an_ensemble_of_one_run_plays_as_that_run(tmp_path_factory: pytest.TempP
     np.testing.assert_allclose(one["cost"].to_numpy(), alone["cost"].to_numpy(), rtol=1e-12)
     assert result.meta["tuned"]["ensemble:one"]["runs"] == [str(run)]
     assert 0.0 <= result.meta["tuned"]["shield:ensemble:one"]["shield_acted_share"] <= 1.0
+
+
+def test_shielding_the_runs_of_an_ensembles_label_is_warned_about(tmp_path_factory: pytest.TempPathFactory):
+    """``shield:ens=G`` beside ``ensemble:ens=G`` shields the runs, not the ensemble: valid, but warned about."""
+    run = exported_runs(tmp_path_factory).cbrl_run
+    slip = parse_methods(f"ensemble:ens={run},shield:ens={run}")
+    (warning,) = method_warnings(slip)
+    assert "'shield:ens=" in warning and f"shield:ensemble:ens={run}" in warning
+    assert method_warnings(parse_methods(f"ensemble:ens={run},shield:ensemble:ens={run},shield:runs={run}")) == []
+    assert method_warnings(parse_methods(f"ens={run},shield:ens={run}")) == []
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            str(exported_runs(tmp_path_factory).market),
+            "--setting",
+            SETTING,
+            "--methods",
+            f"ensemble:ens={run},shield:ens={run}",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path_factory.mktemp("warned")),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    stderr = " ".join(result.stderr.split())  # rich may wrap a long path
+    assert "warning:" in stderr and "shield:ensemble:ens=" in stderr
 
 
 def test_an_exported_ensemble_is_one_ordinary_model_that_plays_as_the_torch_ensemble(

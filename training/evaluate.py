@@ -140,6 +140,31 @@ def parse_methods(text: str) -> list[str]:
     return listed
 
 
+def method_warnings(listed: list[str]) -> list[str]:
+    """What a parsed method list probably does not mean, to print before the work (nothing is refused).
+
+    ``shield:LABEL=GLOB`` shields the *runs* labelled LABEL, one bidder per seed. Listed beside
+    ``ensemble:LABEL=...``, it reads as the shielded ensemble, which is ``shield:ensemble:LABEL=GLOB``.
+    """
+    ensembles = set()
+    for method in listed:
+        group = split_group(unshielded(method)[0])
+        if group is not None and group[0].startswith(ENSEMBLE_PREFIX):
+            ensembles.add(group[0][len(ENSEMBLE_PREFIX) :])
+    warnings = []
+    for method in listed:
+        inner, shielded = unshielded(method)
+        group = split_group(inner)
+        if shielded and group is not None and group[0] in ensembles:
+            label, pattern = group
+            warnings.append(
+                f"{method!r} plays the runs labelled {label!r} one by one behind the shield, not the ensemble"
+                f" {ENSEMBLE_PREFIX}{label}; for the shielded ensemble write"
+                f" {SHIELD_PREFIX}{ENSEMBLE_PREFIX}{label}={pattern}"
+            )
+    return warnings
+
+
 def _tuning_key(market: Market, method: str, setting: Setting) -> str:
     payload = json.dumps(
         {

@@ -100,7 +100,14 @@ def evaluate_command(
     json: Annotated[bool, typer.Option("--json", help="Print summary.json on stdout.")] = False,
 ) -> None:
     """Evaluate methods (baselines tuned on train days only) with the paper's metrics (docs/metrics.md)."""
-    from training.evaluate import BASELINES, EvaluationError, evaluate, parse_methods, write_outputs
+    from training.evaluate import (
+        BASELINES,
+        EvaluationError,
+        evaluate,
+        method_warnings,
+        parse_methods,
+        write_outputs,
+    )
     from training.evaluation_report import markdown_table
     from training.market.dataset import Market
 
@@ -110,6 +117,8 @@ def evaluate_command(
             if split not in ("test", "ood", "validation"):
                 raise EvaluationError(f"unknown split {split!r}; expected test, ood or validation")
             chosen = parse_methods(methods)
+            for warning in method_warnings(chosen):
+                console.print(f"[yellow]warning:[/] {warning}")
             market = Market.open(data_dir)
             if not market.split("train" if split == "validation" else split):
                 raise EvaluationError(f"{data_dir}: split {split!r} has no days")
