@@ -57,7 +57,9 @@ def test_the_cli_prints_a_table_or_json(market_days):
     table = CliRunner().invoke(app, args)
     assert table.exit_code == 0, table.output
     assert "| m | score | csr | reward_margin_0 |" in table.output and "| 1.1 |" in table.output
-    records = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
-    assert [r["multiplier"] for r in records] == [0.9, 1.1]
+    plot = market.root.parent / "probe.png"
+    records = json.loads(CliRunner().invoke(app, [*args, "--json", "--plot", str(plot)]).output)
+    assert [r["multiplier"] for r in records[str(market.root)]] == [0.9, 1.1]
+    assert plot.stat().st_size > 1000
     bad = CliRunner().invoke(app, [str(market.root), "--multiplier", "0"])
     assert bad.exit_code == 2 and "must be > 0" in bad.output

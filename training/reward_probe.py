@@ -10,6 +10,7 @@ reward's best ``m`` is not the score's, SAC is taught to move away from what it 
 
     python -m training.reward_probe data/suite/bench --setting sc --margin 0 --margin 0.05
     python -m training.reward_probe data/suite/bench --setting sc --noise 0.05   # per-slot log-normal noise
+    python -m training.reward_probe data/suite/* --setting mc --plot probe.png   # one panel per market
 
 Deterministic (``--noise 0``): one episode per day. With noise, ``--repeats`` episodes per day, seeds fixed.
 """
@@ -101,8 +102,29 @@ def probe(
     return table.groupby("multiplier", as_index=False).mean()
 
 
+def plot_probes(tables: dict[str, pd.DataFrame], path: Path, title: str) -> None:
+    """One panel per market: the score and each margin's reward against the correction ``m``."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3.2 * len(tables), 3.2))
+    axes = fig.subplots(1, len(tables), squeeze=False)[0]
+    for ax, (name, table) in zip(axes, tables.items(), strict=True):
+        ax.plot(table["multiplier"], table["score"], "o-", color="k", label="score (ANS)")
+        for column in [c for c in table.columns if c.startswith("reward_margin_")]:
+            margin = column.removeprefix("reward_margin_")
+            ax.plot(table["multiplier"], table[column], "s--", label=f"training reward, margin {margin}")
+        ax.axvline(1.0, color="grey", lw=0.8, ls=":")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("m (ratio = PID x m)")
+    axes[0].set_ylabel("mean over the training days")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(
-    data: Annotated[Path, typer.Argument(help="A market directory (rcb market generate/import).")],
+    data: Annotated[list[Path], typer.Argument(help="Market directories (rcb market generate/import).")],
     setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.SC,
     multiplier: Annotated[
         list[float] | None, typer.Option(help="A constant correction m of the PID (repeat; default 0.85-1.15).")
@@ -110,30 +132,39 @@ def main(
     margin: Annotated[list[float] | None, typer.Option(help="A training ROI margin (repeat; default 0, 0.05).")] = None,
     noise: Annotated[float, typer.Option(min=0.0, help="Per-slot log-normal noise of the ratio (0: none).")] = 0.0,
     repeats: Annotated[int, typer.Option(min=1, help="Episodes per day when --noise > 0.")] = 4,
-    as_json: Annotated[bool, typer.Option("--json", help="The table as JSON records on stdout.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Also draw one panel per market into this PNG.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The tables as JSON ({market: records}) on stdout.")] = False,
 ) -> None:
     multipliers = tuple(multiplier or MULTIPLIERS)
     margins = tuple(margin if margin is not None else (0.0, 0.05))
     if min(multipliers) <= 0 or min(margins, default=0.0) < 0:
         raise typer.BadParameter("multipliers must be > 0 and margins >= 0")
-    try:
-        market = Market.open(data)
-        days = DaySet.load(market, "train", setting)
-        pid, _ = tuned_baseline(market, "pid", setting, lambda: days)
-    except (EvaluationError, MarketError) as exc:
-        raise typer.BadParameter(str(exc)) from None
-    table = probe(days, pid, multipliers, margins, noise, repeats if noise > 0 else 1)
+    tables: dict[str, pd.DataFrame] = {}
+    for path in data:
+        try:
+            market = Market.open(path)
+            days = DaySet.load(market, "train", setting)
+            pid, _ = tuned_baseline(market, "pid", setting, lambda days=days: days)
+        except (EvaluationError, MarketError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+        tables[str(path)] = probe(days, pid, multipliers, margins, noise, repeats if noise > 0 else 1)
+    if plot is not None:
+        plot_probes(tables, plot, f"{setting}: PID x m on each market's training days (noise {noise:g})")
     if as_json:
-        typer.echo(json.dumps(table.to_dict(orient="records")))
+        typer.echo(json.dumps({name: table.to_dict(orient="records") for name, table in tables.items()}))
         return
-    typer.echo(f"{data} {setting} train days less validation, PID x m (noise {noise:g}); best per column in bold")
-    columns = [c for c in table.columns if c != "multiplier"]
-    typer.echo("| m | " + " | ".join(columns) + " |")
-    typer.echo("|---:|" + "---:|" * len(columns))
-    best = {c: table[c].idxmax() for c in columns}
-    for i, row in table.iterrows():
-        cells = [f"**{row[c]:.3f}**" if best[c] == i else f"{row[c]:.3f}" for c in columns]
-        typer.echo(f"| {row['multiplier']:g} | " + " | ".join(cells) + " |")
+    for name, table in tables.items():
+        typer.echo(f"{name} {setting} train days less validation, PID x m (noise {noise:g}); best per column in bold")
+        columns = [c for c in table.columns if c != "multiplier"]
+        typer.echo("| m | " + " | ".join(columns) + " |")
+        typer.echo("|---:|" + "---:|" * len(columns))
+        best = {c: table[c].idxmax() for c in columns}
+        for i, row in table.iterrows():
+            cells = [f"**{row[c]:.3f}**" if best[c] == i else f"{row[c]:.3f}" for c in columns]
+            typer.echo(f"| {row['multiplier']:g} | " + " | ".join(cells) + " |")
+        typer.echo("")
+    if plot is not None:
+        typer.echo(f"wrote {plot}")
 
 
 if __name__ == "__main__":
