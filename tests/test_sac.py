@@ -166,12 +166,22 @@ def test_agent_state_round_trips_by_name_and_loads_positional_checkpoints():
 def test_config_and_validation_split():
     with pytest.raises(ValueError, match="unknown algo"):
         SACConfig(algo="nope")
-    # The default config: CBRL learns a residual of the tuned PID with a ROI margin; the rivals stay the paper's.
-    assert (SACConfig(algo="cbrl").residual, SACConfig(algo="cbrl").roi_margin) == (True, RESIDUAL_ROI_MARGIN)
-    assert (SACConfig(algo="crl").residual, SACConfig(algo="crl").roi_margin) == (False, 0.0)
-    assert SACConfig(algo="cbrl", residual=False).roi_margin == 0.0
-    assert SACConfig(algo="cbrl", roi_margin=0.1).roi_margin == 0.1
-    assert SACConfig(algo="hard", residual=True).roi_margin == RESIDUAL_ROI_MARGIN
+
+    # The default config: CBRL learns a residual of the tuned PID, in MC with a ROI margin, in SC from the controller
+    # and without the margin; the rivals stay the paper's. The setting's defaults are filled by resolve().
+    def resolved(setting: str, **kwargs) -> tuple:
+        config = SACConfig(**kwargs).resolve(setting)
+        return config.residual, config.roi_margin, config.start_at_controller
+
+    assert resolved("mc", algo="cbrl") == (True, RESIDUAL_ROI_MARGIN["mc"], False) == (True, 0.05, False)
+    assert resolved("sc", algo="cbrl") == (True, 0.0, True)
+    assert resolved("mc", algo="crl") == resolved("sc", algo="crl") == (False, 0.0, False)
+    assert resolved("mc", algo="cbrl", residual=False) == (False, 0.0, False)
+    assert resolved("sc", algo="cbrl", roi_margin=0.1, start_at_controller=False) == (True, 0.1, False)
+    assert resolved("mc", algo="hard", residual=True) == (True, 0.05, False)
+    assert SACConfig(algo="cbrl").roi_margin is None  # unresolved until the setting is known
+    config = SACConfig(algo="cbrl").resolve("sc")
+    assert config.resolve("mc").roi_margin == 0.0  # idempotent: a value once filled is kept
     assert SACConfig(algo="hard").curriculum[0].b is None
     assert [s.b for s in SACConfig(algo="crl").curriculum] == [0.1, 0.2, None]
     # Without the relaxed stages a curriculum algo plays the original problem from the first epoch.

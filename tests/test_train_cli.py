@@ -92,14 +92,17 @@ def test_a_residual_run_keeps_the_pid_it_corrects(market: Path, tmp_path: Path):
     assert json.loads((evaluated / "summary.json").read_text())[str(out)]["n_episodes"] == 4
 
 
-def test_cbrl_is_residual_with_a_margin_by_default_and_a_resume_keeps_the_choice(market: Path, tmp_path: Path):
+def test_cbrl_is_residual_by_default_with_the_settings_defaults_and_a_resume_keeps_the_choice(
+    market: Path, tmp_path: Path
+):
     out = tmp_path / "default-cbrl"
     args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "cbrl"]
     args += ["--updates-per-epoch", "5"]
     result = runner.invoke(app, [*args, "--epochs", "1", "--json"])
     assert result.exit_code == 0, result.output
     config = json.loads((out / "run.json").read_text())["config"]
-    assert config["residual"] is True and config["roi_margin"] == 0.05 and config["controller"] is not None
+    assert config["residual"] is True and config["controller"] is not None
+    assert config["roi_margin"] == 0.0 and config["start_at_controller"] is True  # SC's defaults
     resumed = runner.invoke(app, [*args, "--epochs", "2", "--resume", "--json"])  # no --residual: kept
     assert resumed.exit_code == 0, resumed.output
     assert json.loads((out / "run.json").read_text())["config"]["residual"] is True

@@ -90,6 +90,7 @@ def run_training(
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
     if state is not None and config.residual:  # resume with the reference controller the run started with
         config.controller = previous["config"].get("controller")
+    config.resolve(setting)
     out.mkdir(parents=True, exist_ok=True)
     days = DaySet.load(market, "train", setting)
     if config.residual and config.controller is None:

@@ -130,7 +130,7 @@ def train_command(
         typer.Option(
             "--start-at-controller/--no-start-at-controller",
             help="Residual runs: start the policy as its controller exactly and keep a trained epoch only where it"
-            " beats the controller on the validation days. Default: off.",
+            " beats the controller on the validation days. Default: on for a residual SC run, else off.",
         ),
     ] = None,
     roi_margin: Annotated[
@@ -139,7 +139,7 @@ def train_command(
             "--roi-margin",
             min=0.0,
             max=0.5,
-            help="Rewards hold episodes to L x (1 + margin); L elsewhere. Default: 0.05 for a residual run, else 0.",
+            help="Rewards hold episodes to L x (1 + margin); L elsewhere. Default: 0.05 for a residual MC run, else 0.",
             show_default=False,
         ),
     ] = None,

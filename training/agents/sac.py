@@ -67,10 +67,16 @@ CURRICULA: dict[str, tuple[Stage, ...]] = {
 }
 
 
-RESIDUAL_ROI_MARGIN = 0.05
-"""The default config's ROI margin for a residual run (:attr:`SACConfig.roi_margin`). One value, not tuned: on
-the suite's four markets it kept the runs' CSR as high as without it or higher on all eight test and OOD rows
-(RESULTS.md, "residual CBRL with a ROI margin")."""
+RESIDUAL_ROI_MARGIN: dict[str, float] = {"mc": 0.05, "sc": 0.0}
+"""The default config's ROI margin for a residual run, per setting (:attr:`SACConfig.roi_margin`). MC: 0.05, fixed
+from the size of the residual runs' near misses, not tuned (RESULTS.md, "residual CBRL with a ROI margin": CSR as
+high or higher on test and OOD). SC: 0 since session 13. There the PID's days end near L, so a 5% margin's reward
+prefers a PID bidding 15% lower, which the score does not (``python -m training.reward_probe``), and SC runs with
+it ended below their controller on the very days they trained on (RESULTS.md, session 13)."""
+START_AT_CONTROLLER: dict[str, bool] = {"mc": False, "sc": True}
+"""The default of :attr:`SACConfig.start_at_controller` for a residual run, per setting. SC: on since session 13
+(with the SC margin of 0, on every market of the suite). MC: off; there six validation days ranked `shifted`'s
+PID above its trained epochs and were wrong by 0.06 ANS on test (RESULTS.md, session 13)."""
 
 
 def transition_dim(residual: bool) -> int:
@@ -126,7 +132,7 @@ class SACConfig:
     """The rewards hold each training episode to ``L * (1 + roi_margin)`` (the features, the constraints and
     model selection keep ``L``): a policy that spends its ROI slack down to ``L`` on train days falls just
     below it on days it has not seen; a margin keeps a buffer, as a tuned PID does by itself. ``None``:
-    :data:`RESIDUAL_ROI_MARGIN` for a residual run, else 0."""
+    :data:`RESIDUAL_ROI_MARGIN` of the run's setting for a residual run, else 0 (:meth:`resolve`)."""
     controller: dict[str, Any] | None = None
     """A residual run's reference controller: the PID gains (``model.controller.GAIN_FIELDS``) and the train days'
     ``traffic_profile``, filled by ``rcb train`` from the market (the model card carries the same)."""
@@ -166,10 +172,11 @@ class SACConfig:
     relaxed_stages: bool = True
     """crl and cbrl: open with the paper's relaxed curriculum stages (cold start ``b`` = 0.1, warm-up 0.2);
     False: the original problem from the first epoch (a residual policy already starts at its controller)."""
-    start_at_controller: bool = False
+    start_at_controller: bool | None = None
     """Residual runs: the policy starts as its controller exactly (:class:`TanhGaussianPolicy`'s ``zero_start``),
     and model selection scores that untrained policy on the validation days first, so a trained epoch is kept
-    only where it beats the controller there (else the run's best actor bids the controller)."""
+    only where it beats the controller there (else the run's best actor bids the controller). ``None``:
+    :data:`START_AT_CONTROLLER` of the run's setting for a residual run, else off (:meth:`resolve`)."""
     validation_fraction: float = VALIDATION_FRACTION
     """Share of the train days held out for model selection (:func:`training.dayset.split_validation`)."""
     seed: int = 0
@@ -180,8 +187,6 @@ class SACConfig:
             raise ValueError(f"unknown algo {self.algo!r}; SAC supports {', '.join(CURRICULA)}")
         if self.residual is None:
             self.residual = self.algo == "cbrl"
-        if self.roi_margin is None:
-            self.roi_margin = RESIDUAL_ROI_MARGIN if self.residual else 0.0
         if self.regime_spread < 0:
             raise ValueError("regime_spread must be >= 0")
         if self.start_at_controller and not self.residual:
@@ -195,6 +200,15 @@ class SACConfig:
             elif not self.relaxed_stages:
                 stages = SPARSE_ONLY
             self.curriculum = stages
+
+    def resolve(self, setting: str) -> SACConfig:
+        """Fill the defaults that depend on the setting the run trains for (the ROI margin, the start at the
+        controller); a choice already made is kept. Idempotent; returns ``self``."""
+        if self.roi_margin is None:
+            self.roi_margin = RESIDUAL_ROI_MARGIN[str(setting)] if self.residual else 0.0
+        if self.start_at_controller is None:
+            self.start_at_controller = bool(self.residual) and START_AT_CONTROLLER[str(setting)]
+        return self
 
     @property
     def bayesian(self) -> bool:
@@ -409,7 +423,7 @@ class SACAgent:
             config.action_step,
             config.start_ratio,
             residual=config.residual,
-            zero_start=config.start_at_controller,
+            zero_start=bool(config.start_at_controller),
         )
         self.critic = TwinQ(width + latent, config.hidden)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -595,6 +609,7 @@ def train(
     With :attr:`SACConfig.start_at_controller`, a fresh run first scores the untrained policy (its controller)
     on the validation days and hands that score to ``on_start``.
     """
+    config.resolve(days.setting)
     torch.set_num_threads(config.torch_threads)
     rng = np.random.default_rng([config.seed, start_epoch])
     agent = SACAgent(config)
@@ -641,7 +656,12 @@ def train(
         stats = [
             agent.update(
                 buffer.sample(
-                    rng, config.batch_size, stage, n_step=n_step, gamma=config.gamma, roi_margin=config.roi_margin
+                    rng,
+                    config.batch_size,
+                    stage,
+                    n_step=n_step,
+                    gamma=config.gamma,
+                    roi_margin=config.roi_margin or 0.0,
                 ),
                 train_actor=step >= refit,
             )
