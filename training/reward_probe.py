@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -44,11 +44,11 @@ MULTIPLIERS = (0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15)
 class ScaledBidder(Bidder):
     """``inner``'s ratio times a per-episode factor ``m``, times ``exp(noise * N(0, 1))`` per slot when ``noise``."""
 
-    name = "scaled"
+    name: ClassVar[str] = "scaled"
 
     def __init__(self, inner: Bidder, multiplier: np.ndarray, noise: float = 0.0):
         self.inner, self.multiplier, self.noise = inner, np.asarray(multiplier, dtype=np.float64), noise
-        self.rng = np.random.default_rng(0)
+        self.rng = np.random.default_rng(0)  # reseeded by start()
 
     def start(self, registration: Registration, seed: int) -> None:
         self.inner.start(registration, seed)
