@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import typer
 from artifact_fixtures import SETTING, exported_runs
 from typer.testing import CliRunner
 
@@ -49,8 +50,6 @@ def test_noise_makes_the_scaled_bidder_stochastic(market_days):
 
 def test_the_cli_prints_a_table_or_json(market_days):
     market, _, _ = market_days
-    import typer
-
     app = typer.Typer()
     app.command()(main)
     args = [str(market.root), "--setting", SETTING, "--multiplier", "0.9", "--multiplier", "1.1", "--margin", "0"]

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import typer
 
-from model.contract import RATIO_MAX, SLOTS_PER_DAY, Setting
+from model.contract import RATIO_MAX, Setting
 from model.controller import RATIO_FLOOR
 from model.history import History, Registration
 from training.agents.sac import play_days
@@ -86,14 +86,12 @@ def probe(
     outcome, oracle = play_days(bidder, days, chosen, repeats, seed=seed)
     played = days.subset(np.tile(chosen, repeats))
     scores = episode_scores(outcome.delivery, outcome.cost, played)
-    last = np.zeros((1, SLOTS_PER_DAY))
-    last[0, -1] = 1.0  # the indicator reward reads the day's totals only
     table = pd.DataFrame({"multiplier": np.tile(factors, repeats), "score": scores})
     table["csr"] = is_feasible(outcome.delivery, outcome.cost, played.roi_target, played.budget).astype(float)
     for margin in margins:
-        rewards = indicator_reward(
-            outcome.delivery[:, None] * last,
-            outcome.cost[:, None] * last,
+        rewards = indicator_reward(  # Eq. 5 reads the day's totals only: one column of them will do
+            outcome.delivery[:, None],
+            outcome.cost[:, None],
             played.roi_target * (1.0 + margin),
             played.budget,
             oracle,
