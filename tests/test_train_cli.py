@@ -208,6 +208,19 @@ def test_no_relaxed_stages_trains_the_original_problem_from_the_first_epoch(mark
     assert [h["stage"] for h in json.loads((out / "run.json").read_text())["history"]] == ["original problem"] * 3
 
 
+def test_n_step_is_recorded_and_a_resume_keeps_it(market: Path, tmp_path: Path):
+    out = tmp_path / "whole-day"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "crl"]
+    result = runner.invoke(app, [*args, "--epochs", "1", "--updates-per-epoch", "10", "--n-step", "48"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "run.json").read_text())["config"]["n_step"] == 48
+    resumed = runner.invoke(app, [*args, "--epochs", "2", "--updates-per-epoch", "10", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads((out / "run.json").read_text())["config"]["n_step"] == 48
+    refused = runner.invoke(app, [*args[:6], str(tmp_path / "x"), *args[7:], "--n-step", "49"])
+    assert refused.exit_code != 0 and "less than or equal to 48" in " ".join(refused.output.split())
+
+
 def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
     from training.agents.sac import SACConfig, random_policy_score, train
     from training.dayset import DaySet

@@ -117,6 +117,17 @@ def train_command(
         float | None,
         typer.Option("--action-step", min=0.01, max=2.0, help="Largest log-ratio move of one action."),
     ] = _default("action_step"),
+    n_step: Annotated[
+        int | None,
+        typer.Option(
+            "--n-step",
+            min=1,
+            max=48,
+            help="Critic targets from n-step returns in the stages rewarded at the day's end (48: the whole day)."
+            f" Default: {_default('n_step')}.",
+            show_default=False,
+        ),
+    ] = None,
     relaxed_stages: Annotated[
         bool | None,
         typer.Option(
@@ -172,6 +183,7 @@ def train_command(
                 residual = bool(resumed.get("residual", False)) if residual is None else residual
                 roi_margin = float(resumed.get("roi_margin", 0.0)) if roi_margin is None else roi_margin
                 regime_spread = float(resumed.get("regime_spread", 0.0)) if regime_spread is None else regime_spread
+                n_step = int(resumed.get("n_step", _default("n_step"))) if n_step is None else n_step
                 if relaxed_stages is None:
                     relaxed_stages = bool(resumed.get("relaxed_stages", True))
                 if start_at_controller is None:
@@ -183,6 +195,7 @@ def train_command(
                 "uscb_gamma": uscb_gamma,
                 "rcpo_learning_rate": rcpo_learning_rate,
                 "action_step": action_step,
+                "n_step": n_step,
                 "roi_margin": roi_margin,
                 "regime_spread": regime_spread,
                 "relaxed_stages": relaxed_stages,
