@@ -259,3 +259,40 @@ def test_a_zero_start_residual_policy_bids_its_controller_until_it_learns():
     with pytest.raises(ValueError, match="start_at_controller needs a residual"):
         SACConfig(algo="crl", start_at_controller=True)
     assert SACConfig(algo="cbrl", start_at_controller=True).start_at_controller
+
+
+def test_the_correction_penalty_holds_a_residual_policy_near_its_controller():
+    """``correction_penalty``: the actor's loss pulls the mean correction toward 0 (the controller's ratio)."""
+    from model.controller import GAIN_FIELDS, ControllerGains
+
+    gains = ControllerGains(initial_ratio=1.2, kp=0.5, ki=0.1, kd=0.3, kp_budget=2.0, ki_budget=0.2)
+    controller = {**{k: getattr(gains, k) for k in GAIN_FIELDS}, "traffic_profile": list(gains.traffic_profile)}
+    log = random_day_log(np.random.default_rng(2), n=3000)
+    registration = Registration.of(roi_target=1.2, budget=400.0, n=4)
+    torch.manual_seed(0)
+    policy = TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=0.3, residual=True)
+    outcome = play(
+        PolicyBidder(policy, stochastic=True, controller=gains), [DayIndex(log)], np.zeros(4, np.int64), registration, 0
+    )
+    buffer = EpisodeBuffer(capacity=4, controller=gains)
+    buffer.add(outcome.history, np.full(4, 500.0))
+    batch = buffer.sample(np.random.default_rng(1), 128, stage_at(6, PAPER_CURRICULUM))
+
+    def mean_correction(weight: float) -> float:
+        torch.manual_seed(5)
+        config = SACConfig(
+            algo="crl", residual=True, controller=controller, hidden=32, seed=3, correction_penalty=weight
+        )
+        agent = SACAgent(config)
+        for _ in range(150):
+            agent.update(batch)
+        with torch.no_grad():
+            mean, _ = agent.actor.distribution(batch.obs)
+        return float(torch.tanh(mean).abs().mean())
+
+    free, held = mean_correction(0.0), mean_correction(5.0)
+    assert held < 0.5 * free, (held, free)
+    with pytest.raises(ValueError, match="correction_penalty needs a residual"):
+        SACConfig(algo="crl", correction_penalty=0.1)
+    with pytest.raises(ValueError, match=">= 0"):
+        SACConfig(algo="cbrl", correction_penalty=-0.1)

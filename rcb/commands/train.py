@@ -128,6 +128,17 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    correction_penalty: Annotated[
+        float | None,
+        typer.Option(
+            "--correction-penalty",
+            min=0.0,
+            max=10.0,
+            help="Residual runs: weight of the actor's pull toward its controller (w x mean|Q| x tanh(mean)^2)."
+            f" Default: {_default('correction_penalty')}.",
+            show_default=False,
+        ),
+    ] = None,
     relaxed_stages: Annotated[
         bool | None,
         typer.Option(
@@ -183,6 +194,8 @@ def train_command(
                 residual = bool(resumed.get("residual", False)) if residual is None else residual
                 roi_margin = float(resumed.get("roi_margin", 0.0)) if roi_margin is None else roi_margin
                 regime_spread = float(resumed.get("regime_spread", 0.0)) if regime_spread is None else regime_spread
+                if correction_penalty is None:
+                    correction_penalty = float(resumed.get("correction_penalty", _default("correction_penalty")))
                 n_step = int(resumed.get("n_step", _default("n_step"))) if n_step is None else n_step
                 if relaxed_stages is None:
                     relaxed_stages = bool(resumed.get("relaxed_stages", True))
@@ -196,6 +209,7 @@ def train_command(
                 "rcpo_learning_rate": rcpo_learning_rate,
                 "action_step": action_step,
                 "n_step": n_step,
+                "correction_penalty": correction_penalty,
                 "roi_margin": roi_margin,
                 "regime_spread": regime_spread,
                 "relaxed_stages": relaxed_stages,

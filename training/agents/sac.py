@@ -133,6 +133,11 @@ class SACConfig:
     model selection keep ``L``): a policy that spends its ROI slack down to ``L`` on train days falls just
     below it on days it has not seen; a margin keeps a buffer, as a tuned PID does by itself. ``None``:
     :data:`RESIDUAL_ROI_MARGIN` of the run's setting for a residual run, else 0 (:meth:`resolve`)."""
+    correction_penalty: float = 0.0
+    """Residual runs: the actor's loss adds ``w * mean(tanh(mu)^2) * mean|Q|``, ``mu`` the policy's mean action, so
+    the deterministic correction stays near 0 (the controller) unless the critics support a move (TD3+BC's
+    behaviour term, Fujimoto and Gu 2021, with the controller as the behaviour; scaled by ``|Q|`` so ``w`` is
+    free of the market's reward scale). A full ``action_step`` move costs ``w`` of the mean value. 0: off."""
     controller: dict[str, Any] | None = None
     """A residual run's reference controller: the PID gains (``model.controller.GAIN_FIELDS``) and the train days'
     ``traffic_profile``, filled by ``rcb train`` from the market (the model card carries the same)."""
@@ -189,6 +194,10 @@ class SACConfig:
             self.residual = self.algo == "cbrl"
         if self.regime_spread < 0:
             raise ValueError("regime_spread must be >= 0")
+        if self.correction_penalty < 0:
+            raise ValueError("correction_penalty must be >= 0")
+        if self.correction_penalty > 0 and not self.residual:
+            raise ValueError("correction_penalty needs a residual run (it pulls toward the reference controller)")
         if self.start_at_controller and not self.residual:
             raise ValueError("start_at_controller needs a residual run (it starts at the reference controller)")
         if not self.curriculum:
@@ -523,6 +532,11 @@ class SACAgent:
         q1_pi, q2_pi = self.critic(obs, action)
         q_pi = 0.5 * (q1_pi + q2_pi) if self.config.actor_mean_q else torch.min(q1_pi, q2_pi)
         actor_loss = (alpha * log_prob - q_pi).mean()
+        if self.config.correction_penalty > 0:
+            mean, _ = self.actor.distribution(obs)
+            actor_loss = actor_loss + self.config.correction_penalty * q_pi.abs().mean().detach() * (
+                torch.tanh(mean).pow(2).mean()
+            )
         self.actor_optimizer.zero_grad()
         actor_loss.backward()
         self.actor_optimizer.step()
