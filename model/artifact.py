@@ -25,7 +25,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -36,7 +36,7 @@ from model.features import CONTROLLER_FEATURE, feature_set
 from model.history import SLOT_STATS
 from model.sampling import sample_posterior
 
-FORMAT = "rcb-model"
+FORMAT: Final = "rcb-model"
 FORMAT_VERSION = 2
 """Bump when the card's schema or the graphs' I/O contract changes; loaders refuse other versions.
 

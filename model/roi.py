@@ -26,4 +26,5 @@ def roi(delivery: ArrayLike, cost: ArrayLike) -> np.ndarray:
 
 def is_feasible(delivery: ArrayLike, cost: ArrayLike, roi_target: ArrayLike, budget: ArrayLike = np.inf) -> np.ndarray:
     """``ROI >= L and C <= B`` elementwise (broadcast), with :func:`roi`'s ``+inf`` at zero cost."""
-    return (roi(delivery, cost) >= roi_target) & (np.asarray(cost, dtype=np.float64) <= budget)
+    target, limit = np.asarray(roi_target, dtype=np.float64), np.asarray(budget, dtype=np.float64)
+    return (roi(delivery, cost) >= target) & (np.asarray(cost, dtype=np.float64) <= limit)

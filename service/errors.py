@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -41,7 +42,7 @@ def store_unavailable(exc: Exception) -> ApiError:
     )
 
 
-def error_response(status: int, error: str, detail: Any, headers: dict[str, str] | None = None) -> Response:
+def error_response(status: int, error: str, detail: Any, headers: Mapping[str, str] | None = None) -> Response:
     body = orjson.dumps({"error": error, "detail": detail}, default=str)
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 

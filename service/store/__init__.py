@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 from service.store.base import EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
@@ -20,6 +21,16 @@ __all__ = [
     "UnknownCampaign",
     "open_store",
 ]
+
+
+class StoreOptions(TypedDict):
+    """The options every Redis-backed store takes beside its URL (:class:`RedisStore`'s keywords)."""
+
+    prefix: str
+    state_ttl_s: int
+    pool_size: int
+    pool_timeout_s: float
+    timeout_s: float
 
 
 async def open_store(
@@ -43,13 +54,9 @@ async def open_store(
     if url is None or url.strip() in ("memory", "memory://"):
         return MemoryStore()
     url = url.strip()
-    options = {
-        "prefix": prefix,
-        "state_ttl_s": state_ttl_s,
-        "pool_size": pool_size,
-        "pool_timeout_s": pool_timeout_s,
-        "timeout_s": timeout_s,
-    }
+    options = StoreOptions(
+        prefix=prefix, state_ttl_s=state_ttl_s, pool_size=pool_size, pool_timeout_s=pool_timeout_s, timeout_s=timeout_s
+    )
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     if scheme in ("redis", "rediss"):
         parts = urlsplit(url)

@@ -66,7 +66,7 @@ class RedisClusterStore(RedisStore):
     def _make_client(self) -> Any:
         nodes, username, password = parse_cluster_url(self.url)
         self.nodes = nodes
-        self._credentials = {"username": username, "password": password}
+        self._username, self._password = username, password
         self.where = f"{SCHEME}://" + ",".join(f"{h}:{p}" for h, p in nodes)
         self._limiter = asyncio.Semaphore(self.pool_size)
         self._ready = False
@@ -79,7 +79,8 @@ class RedisClusterStore(RedisStore):
             # One retry after a connection error or MOVED storm: the client refreshes the slot map first.
             retry=Retry(NoBackoff(), 1),
             decode_responses=False,
-            **self._credentials,
+            username=self._username,
+            password=self._password,
         )
 
     async def _ensure_ready(self) -> None:
@@ -104,7 +105,8 @@ class RedisClusterStore(RedisStore):
             socket_connect_timeout=self.connect_timeout_s,
             health_check_interval=5,
             decode_responses=False,
-            **self._credentials,
+            username=self._username,
+            password=self._password,
         )
         return Redis.from_pool(pool)
 
