@@ -42,6 +42,19 @@ def _default(name: str) -> Any:
     return sac_defaults().get(name)
 
 
+RESUMED_CHOICES: dict[str, Any] = {
+    "residual": False,
+    "roi_margin": 0.0,
+    "regime_spread": 0.0,
+    "relaxed_stages": True,
+    "start_at_controller": False,
+    "n_step": _default("n_step"),
+    "correction_penalty": _default("correction_penalty"),
+}
+"""The options a resumed run keeps from its run.json when they are not given, with the value a run recorded
+before the option existed had (the behaviour of that time)."""
+
+
 def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> dict[str, Any] | None:
     """What a run directory allows, checked before the bar and the work start (training.train checks it again);
     the resumed run's config, or None for a new run."""
@@ -190,17 +203,6 @@ def train_command(
         try:
             check_output_dir(out)
             resumed = _check_resumable(out, setting, algo, resume)
-            if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
-                residual = bool(resumed.get("residual", False)) if residual is None else residual
-                roi_margin = float(resumed.get("roi_margin", 0.0)) if roi_margin is None else roi_margin
-                regime_spread = float(resumed.get("regime_spread", 0.0)) if regime_spread is None else regime_spread
-                if correction_penalty is None:
-                    correction_penalty = float(resumed.get("correction_penalty", _default("correction_penalty")))
-                n_step = int(resumed.get("n_step", _default("n_step"))) if n_step is None else n_step
-                if relaxed_stages is None:
-                    relaxed_stages = bool(resumed.get("relaxed_stages", True))
-                if start_at_controller is None:
-                    start_at_controller = bool(resumed.get("start_at_controller", False))
             Market.open(data)  # a missing or malformed market is reported before the bar is drawn
             overrides = {
                 "epochs": epochs,
@@ -208,6 +210,7 @@ def train_command(
                 "uscb_gamma": uscb_gamma,
                 "rcpo_learning_rate": rcpo_learning_rate,
                 "action_step": action_step,
+                "residual": residual,
                 "n_step": n_step,
                 "correction_penalty": correction_penalty,
                 "roi_margin": roi_margin,
@@ -215,11 +218,14 @@ def train_command(
                 "relaxed_stages": relaxed_stages,
                 "start_at_controller": start_at_controller,
             }
+            if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
+                for key, before_the_option in RESUMED_CHOICES.items():
+                    if overrides[key] is None:
+                        overrides[key] = resumed.get(key, before_the_option)
             config = SACConfig(
                 algo=algo,
                 seed=seed,
                 auto_curriculum=auto_curriculum,
-                residual=residual,
                 **{k: v for k, v in overrides.items() if v is not None},
             )
             with progress(quiet=json) as bar:
