@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_service.py            # ~10 minutes
     .venv/bin/python benchmarks/bench_service.py --quick    # ~4 minutes, fewer repeats and 2,000 campaigns in (5)
+    .venv/bin/python benchmarks/bench_service.py --only 45 --model DIR   # slot updates only, another model
 
 Every server is pinned to CPU 0 (with its redis-server processes), the open-loop generator (``loadtest``) to CPU 1.
 Capacity = the highest rate (requests/s) whose run has no error, p99 <= 50 ms and a throughput >= 97% of the rate:
@@ -558,10 +559,13 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
 
 
 def main() -> None:
+    global MODEL_DIR  # the servers' environment reads it (service_env)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, shorter steps, a 2,000-campaign boundary")
     parser.add_argument("--only", default="12345", help="which sections to run (digits 1-5)")
+    parser.add_argument("--model", type=Path, default=MODEL_DIR, help="the model the service serves (models/default)")
     args = parser.parse_args()
+    MODEL_DIR = args.model.resolve()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     watchdog = start_watchdog()
     reps = 2 if args.quick else 3
@@ -571,6 +575,7 @@ def main() -> None:
     machine = describe_machine()  # before pinning: it counts the cores this process may use
     pin_current_process(CLIENT_CPU)
     log(f"machine: {machine}")
+    log(f"model: {MODEL_DIR}")
     log(f"load average at start: {loadavg()}; servers (and redis-server) on CPU {SERVER_CPU}, generator on CPU 1")
     tmp = Path(tempfile.mkdtemp(prefix="bench-service-"))
     t_start = time.perf_counter()

@@ -142,6 +142,20 @@ def test_generate_market_writes_manifest_with_paper_split(tmp_path: Path):
     assert [d.sha256 for d in again.days] == [d.sha256 for d in market.days]
 
 
+def test_more_ood_days_extend_a_market_and_keep_every_earlier_day(tmp_path: Path):
+    """``--days-ood N`` with a larger N adds OOD days of the same process and changes none of the others (data,
+    split, MC constraints): how a longer OOD evaluation of models trained on the shorter market is drawn."""
+    short = generate_market(tmp_path / "short", config_with(days_id=8, days_ood=2, impressions_per_day=2000, seed=5))
+    longer = generate_market(tmp_path / "long", config_with(days_id=8, days_ood=6, impressions_per_day=2000, seed=5))
+    kept = {d.day: d for d in longer.days}
+    assert len(longer.split("ood")) == 6 and [d.day for d in longer.split("train")] == [
+        d.day for d in short.split("train")
+    ]
+    for entry in short.days:
+        twin = kept[entry.day]
+        assert (twin.split, twin.sha256, twin.mc) == (entry.split, entry.sha256, entry.mc)
+
+
 def test_default_config_matches_the_paper_split():
     config = MarketConfig()
     assert (config.days_id, config.days_ood, config.train_fraction) == (60, 20, 0.5)

@@ -23,7 +23,7 @@ posteriors concatenated, as in torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -80,7 +80,7 @@ class _Graph:
         self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
         return name
 
-    def node(self, op: str, inputs: list[str], output: str, domain: str = "", **attributes: object) -> str:
+    def node(self, op: str, inputs: list[str], output: str, domain: str = "", **attributes: Any) -> str:
         from onnx import helper
 
         self.nodes.append(helper.make_node(op, inputs, [output], name=output, domain=domain, **attributes))

@@ -361,7 +361,7 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
     """From ``run.json`` and ``best.pt``: only figures the run recorded, nothing recomputed."""
     history = body.get("history", [])
     epoch = saved.get("epoch")
-    at_best = next((h for h in history if h.get("epoch") == epoch), {})
+    at_best: dict[str, Any] = next((h for h in history if h.get("epoch") == epoch), {})
     best_score = body.get("best_validation_score")
     if best_score is None and at_best:
         best_score = at_best.get("validation_score")
@@ -404,7 +404,7 @@ def _card(
     return ModelCard(
         format_version=FORMAT_VERSION,
         algorithm=provenance.algorithm,
-        setting=provenance.setting,
+        setting=Setting(provenance.setting),
         features=code_features(residual),
         obs_dim=features_width(residual),
         latent_dim=latent,
