@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/system-deps.sh   # redis-server, redis-cli, chromium (apt-get where missing)
 .venv/bin/ruff check .
-.venv/bin/mypy   # model/ and service/ ([tool.mypy] in pyproject.toml)
+.venv/bin/mypy   # model/, service/, training/ and rcb/ ([tool.mypy] in pyproject.toml)
 .venv/bin/python -m pytest -q "$@"

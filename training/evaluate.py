@@ -323,7 +323,8 @@ def evaluate(
             market_gains.append(shield_gains(inner, market, setting, train, progress))
         return ShieldedBidder(inner, market_gains[0])
 
-    frames, tuned = [], {}
+    frames: list[pd.DataFrame] = []
+    tuned: dict[str, dict[str, Any]] = {}
     for listed in methods:
         method, shielded = unshielded(listed)
         group = run_group(method)
@@ -387,7 +388,8 @@ def _play_run_group(
     wrap: Callable[[Bidder], Bidder] | None = None,
 ) -> list[pd.DataFrame]:
     """Each run of a group plays the split once, run ``k`` with seed ``k``; its rows are seed ``k``."""
-    frames, record = [], {"runs": [], "best_validation_score": []}
+    frames: list[pd.DataFrame] = []
+    record: dict[str, Any] = {"runs": [], "best_validation_score": []}
     for seed, run_dir in enumerate(runs):
         bidder, run = run_bidder(run_dir, setting)
         if wrap is not None:

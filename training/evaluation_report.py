@@ -84,7 +84,7 @@ def _methods(episodes: pd.DataFrame) -> list[str]:
     return [str(m) for m in pd.unique(episodes["method"])]
 
 
-def _zero_oracle_csr(summary: dict[str, dict[str, Any]]) -> str:
+def _zero_oracle_csr(summary: Mapping[str, Mapping[str, Any]]) -> str:
     """``method a.aaa, ...``: each method's feasible share on the days whose oracle delivers nothing."""
     cells = [
         f"`{_cell(str(method))}` {_number(row.get('csr_zero_oracle'), 3)}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,17 @@ SCORE = "validation_score"
 
 class CurveError(ValueError):
     """Runs that cannot be drawn together (missing curves, no runs for a label)."""
+
+
+class SpeedRow(TypedDict):
+    """One group's row of :func:`speed_table`."""
+
+    method: str
+    final: float
+    reference_final: float
+    updates_to_reference_final: float
+    """``inf`` where the group never reaches the reference's final score."""
+    share_of_reference_updates: float
 
 
 @dataclass
@@ -81,7 +93,7 @@ def steps_to_reach(group: GroupCurve, target: float) -> float:
     return float(group.updates[reached[0]]) if len(reached) else float("inf")
 
 
-def speed_table(groups: list[GroupCurve], reference: str) -> list[dict[str, float | str]]:
+def speed_table(groups: list[GroupCurve], reference: str) -> list[SpeedRow]:
     """For each group: updates to reach the reference group's final score, and as a share of its updates."""
     by_label = {g.label: g for g in groups}
     if reference not in by_label:
@@ -89,7 +101,7 @@ def speed_table(groups: list[GroupCurve], reference: str) -> list[dict[str, floa
     ref = by_label[reference]
     target = ref.final()
     total = float(ref.updates[-1])
-    rows = []
+    rows: list[SpeedRow] = []
     for g in groups:
         steps = steps_to_reach(g, target)
         rows.append(

@@ -18,8 +18,9 @@ Deterministic (``--noise 0``): one episode per day. With noise, ``--repeats`` ep
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, cast
 
 import numpy as np
 import pandas as pd
@@ -142,7 +143,8 @@ def main(
         try:
             market = Market.open(path)
             days = DaySet.load(market, "train", setting)
-            pid, _ = tuned_baseline(market, "pid", setting, lambda days=days: days)
+            # The default binds this iteration's days; mypy cannot infer a lambda's type from a default.
+            pid, _ = tuned_baseline(market, "pid", setting, cast(Callable[[], DaySet], lambda days=days: days))
         except (EvaluationError, MarketError) as exc:
             raise typer.BadParameter(str(exc)) from None
         tables[str(path)] = probe(days, pid, multipliers, margins, noise, repeats if noise > 0 else 1)

@@ -60,13 +60,14 @@ def export_command(
         except (RunError, ExportError) as exc:
             raise fail(str(exc)) from None
     files = sorted(p.name for p in out.iterdir())
+    size = sum((out / name).stat().st_size for name in files)
     summary = {
         "out": str(out),
         "algorithm": card.algorithm,
         "setting": str(card.setting),
         "latent_dim": card.latent_dim,
         "files": files,
-        "bytes": sum((out / name).stat().st_size for name in files),
+        "bytes": size,
         "opset": card.opset,
         "parity": card.parity,
         "best_validation_score": card.evaluation.best_validation_score,
@@ -76,8 +77,7 @@ def export_command(
         print_json(summary)
     else:
         worst = max(card.parity.values())
-        size = summary["bytes"] / 1024
         typer.echo(
-            f"exported {card.algorithm} ({card.setting}) to {out}: {', '.join(files)} ({size:.0f} KiB), opset"
+            f"exported {card.algorithm} ({card.setting}) to {out}: {', '.join(files)} ({size / 1024:.0f} KiB), opset"
             f" {card.opset}, max |torch - onnxruntime| {worst:.1e}"
         )

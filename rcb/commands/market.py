@@ -26,10 +26,19 @@ from rcb.commands.common import (
     user_errors,
 )
 
-PRESET_NAMES = ("bench", "sparse", "shifted", "volatile")
-"""The keys of ``training.market.suite.PRESETS`` (spelled here so ``rcb --help`` need not import the generator;
-a test keeps the two equal)."""
-MarketPreset = StrEnum("MarketPreset", {name: name for name in PRESET_NAMES})  # type: ignore[misc]
+
+class MarketPreset(StrEnum):
+    """The keys of ``training.market.suite.PRESETS`` (spelled here so ``rcb --help`` need not import the generator;
+    a test keeps the two equal)."""
+
+    bench = "bench"
+    sparse = "sparse"
+    shifted = "shifted"
+    volatile = "volatile"
+
+
+PRESET_NAMES = tuple(p.value for p in MarketPreset)
+"""The preset names, in ``PRESETS``' order."""
 
 app = typer.Typer(
     help="Make, import and inspect market logs (schema: docs/data-schema.md).",

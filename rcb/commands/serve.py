@@ -9,11 +9,24 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
 import typer
 
 from rcb.commands.common import console, fail
+
+if TYPE_CHECKING:
+    from pydantic import SecretStr
+
+
+class _Overrides(TypedDict, total=False):
+    """The flags given, as :class:`service.config.Settings` keywords (a flag left out keeps the environment's)."""
+
+    model_dir: Path
+    store: str
+    api_token: SecretStr
+    shield: bool
+    log_level: str
 
 
 def serve_command(
@@ -43,18 +56,18 @@ def serve_command(
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the model: register campaigns, take slot updates, score bids (docs/http-api.md)."""
-    from pydantic import ValidationError
+    from pydantic import SecretStr, ValidationError
 
     from model.artifact import ArtifactError, read_card
     from service.config import Settings
 
-    overrides: dict[str, object] = {"log_level": log_level.upper()}
+    overrides: _Overrides = {"log_level": log_level.upper()}
     if model is not None:
         overrides["model_dir"] = model
     if store is not None:
         overrides["store"] = store
     if token is not None:
-        overrides["api_token"] = token
+        overrides["api_token"] = SecretStr(token)
     if shield is not None:
         overrides["shield"] = shield
     try:

@@ -204,7 +204,8 @@ def train_command(
             check_output_dir(out)
             resumed = _check_resumable(out, setting, algo, resume)
             Market.open(data)  # a missing or malformed market is reported before the bar is drawn
-            overrides = {
+            # SACConfig's keywords, None where not given; a resumed run's come from its run.json (untyped JSON).
+            overrides: dict[str, Any] = {
                 "epochs": epochs,
                 "updates_per_epoch": updates_per_epoch,
                 "uscb_gamma": uscb_gamma,

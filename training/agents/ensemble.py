@@ -20,6 +20,7 @@ exports them: the same computation, checked by the export's parity test.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -82,7 +83,8 @@ class EnsembleActor(nn.Module):
         width, d = obs_dim(self.residual), self.member_latent_dim
         obs = observation[..., :width]
         ratios = []
-        for k, actor in enumerate(self.actors):
+        for k, member in enumerate(self.actors):
+            actor = cast(TanhGaussianPolicy, member)  # built from TanhGaussianPolicy; ModuleList yields Module
             z = observation[..., width + k * d : width + (k + 1) * d]
             ratios.append(actor.act(torch.cat([obs, z], dim=-1) if d else obs))
         logs = torch.log(torch.clamp(torch.stack(ratios, dim=-1), min=RATIO_FLOOR))

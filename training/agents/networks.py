@@ -44,6 +44,10 @@ class TanhGaussianPolicy(nn.Module):
     ratio *is* the controller's (``tanh(0) = 0``), whatever the latent; exploration noise is unchanged.
     """
 
+    # Buffers registered in __init__, declared here: nn.Module's attribute lookup types them Tensor | Module.
+    scale: torch.Tensor
+    offset: torch.Tensor
+
     def __init__(
         self,
         inputs: int,

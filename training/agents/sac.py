@@ -29,7 +29,7 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -202,10 +202,10 @@ class SACConfig:
             raise ValueError("start_at_controller needs a residual run (it starts at the reference controller)")
         if not self.curriculum:
             stages = CURRICULA[self.algo]
-            if self.algo == "uscb":
-                stages = (replace(stages[0], gamma=self.uscb_gamma),)
+            if self.algo == "uscb":  # CURRICULA's uscb and rcpo entries are one stage of their own kind
+                stages = (replace(cast(USCBStage, stages[0]), gamma=self.uscb_gamma),)
             elif self.algo == "rcpo":
-                stages = (replace(stages[0], multiplier=self.rcpo_multiplier),)
+                stages = (replace(cast(LagrangianStage, stages[0]), multiplier=self.rcpo_multiplier),)
             elif not self.relaxed_stages:
                 stages = SPARSE_ONLY
             self.curriculum = stages
@@ -225,7 +225,7 @@ class SACConfig:
 
     def controller_gains(self) -> ControllerGains | None:
         """The residual policy's reference controller (None for a non-residual run)."""
-        return reference_of(self.residual, self.controller)
+        return reference_of(bool(self.residual), self.controller)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -417,12 +417,11 @@ class SACAgent:
         self.config = config
         torch.manual_seed(config.seed)
         latent = config.latent_dim if config.bayesian else 0
-        width = obs_dim(config.residual)
+        residual = bool(config.residual)  # never None after SACConfig.__post_init__
+        width = obs_dim(residual)
         self.controller = config.controller_gains()  # ValueError for a residual config without one
         self.encoder = (
-            PosteriorEncoder(
-                transition_dim(config.residual), config.latent_dim, initial_std=config.posterior_initial_std
-            )
+            PosteriorEncoder(transition_dim(residual), config.latent_dim, initial_std=config.posterior_initial_std)
             if config.bayesian
             else None
         )
@@ -431,7 +430,7 @@ class SACAgent:
             config.hidden,
             config.action_step,
             config.start_ratio,
-            residual=config.residual,
+            residual=residual,
             zero_start=bool(config.start_at_controller),
         )
         self.critic = TwinQ(width + latent, config.hidden)

@@ -17,6 +17,7 @@ Each preset changes one family of traits against :class:`MarketConfig`'s default
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from training.market.generator import ID_FAMILY, OOD_FAMILY, MarketConfig
 
@@ -37,7 +38,7 @@ PRESETS: dict[str, MarketConfig] = {
 """Suite markets by name; each seeded by ``--seed`` like any generated market."""
 
 
-def preset(name: str, **overrides: object) -> MarketConfig:
+def preset(name: str, **overrides: Any) -> MarketConfig:  # any of MarketConfig's fields, of several types
     """The named preset with some fields replaced (the CLI's --days-id, --seed, ...)."""
     if name not in PRESETS:
         raise ValueError(f"unknown market preset {name!r}; known: {', '.join(PRESETS)}")
