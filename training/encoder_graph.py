@@ -1,13 +1,11 @@
 """The posterior encoder's serving graph, written node by node for onnxruntime (``encoder.onnx``).
 
 ``torch.onnx.export`` of :class:`~training.agents.encoder.PosteriorEncoder` decomposes each attention block
-into ~40 small nodes (head reshapes and transposes, the padding and causal masks added to the scores,
+into dozens of small nodes (head reshapes and transposes, the padding and causal masks added to the scores,
 softmax); on one CPU thread those cost more than the matrix products (BENCHMARKS.md, "The posterior
-encoder's serving graph"). This module writes the same computation with onnxruntime's fused kernels:
-
-* ``com.microsoft.Attention`` with ``unidirectional=1``: the QKV projection, causal attention over all
-  heads and the head merge in one node;
-
+encoder's serving graph"). This module writes the same computation with one ``com.microsoft.Attention``
+node per block (``unidirectional=1``: the QKV projection, causal attention over all heads and the head merge
+in one onnxruntime kernel), the rest as plain MatMul, Add, LayerNormalization and ReLU nodes.
 
 Only causal attention is kept, not the key-padding mask, and that is exact for the inputs the artifact
 accepts: the mask marks a *prefix* of each row valid (:meth:`model.artifact.Artifact.posterior` refuses
@@ -38,7 +36,7 @@ if TYPE_CHECKING:
     import onnx
 
 MS_DOMAIN = "com.microsoft"
-"""onnxruntime's contrib operators (Attention, SkipLayerNormalization); every onnxruntime build has them."""
+"""onnxruntime's contrib operators (Attention); every onnxruntime build has them."""
 MASKED_SCORE = -1e30
 """The masked score of a later step, set explicitly (the operator's documented default is -10,000; torch masks
 with -inf): finite, so a row never sums to NaN, and its exp is 0 in float32 whatever the scores."""
