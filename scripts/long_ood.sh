@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Read models on more OOD days than the suite's 20 (RESULTS.md, "100 OOD days instead of 20"). Each market is the
+# suite's (`rcb market generate --preset M --seed 0`) with --days-ood N: its train, test and first 20 OOD days
+# are the suite's own, byte for byte, and N - 20 OOD days of the same process follow. Then, per market, the model
+# and the PID are evaluated on every OOD day, alone and behind the shield, and `python -m training.long_ood`
+# prints each row's gap to PID over the first 20 days and over all N (95% paired bootstrap) and plots the
+# running gap.
+#
+#   bash scripts/long_ood.sh                        # the shipped model (MC) on the four markets, 100 OOD days
+#   SC_RUNS=runs/suite bash scripts/long_ood.sh     # also each market's SC ensemble, $SC_RUNS/M/sc/cbrl-s*
+#
+# Settings: DAYS_OOD (100), MARKETS ("bench sparse shifted volatile"), MODEL (models/default), DATA
+# (data/long-ood-$DAYS_OOD), OUT (out/long-ood-$DAYS_OOD). Resumable: markets and evaluations already written are
+# kept. About 1 minute per market to generate and 3-4 minutes per model and market to evaluate on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+rcb() { .venv/bin/rcb "$@"; }
+
+DAYS_OOD="${DAYS_OOD:-100}"
+MARKETS="${MARKETS:-bench sparse shifted volatile}"
+MODEL="${MODEL:-models/default}"
+DATA="${DATA:-data/long-ood-$DAYS_OOD}"
+OUT="${OUT:-out/long-ood-$DAYS_OOD}"
+
+evaluate() {  # MARKET SETTING OUT_DIR METHOD: METHOD and PID, alone and behind the shield, on every OOD day
+  local market=$1 setting=$2 out=$3 method=$4
+  if [ ! -f "$out/episodes.csv" ]; then
+    mkdir -p "$(dirname "$out")"
+    rcb evaluate "$market" --setting "$setting" --split ood --methods "pid,shield:pid,$method,shield:$method" \
+      --out "$out" > "$out.log" 2>&1 || { echo "evaluating $out failed; see $out.log" >&2; exit 1; }
+  fi
+  echo "evaluated $out" >&2
+}
+
+rows=()
+for market in $MARKETS; do
+  if [ ! -f "$DATA/$market/manifest.json" ]; then
+    rcb market generate --preset "$market" --seed 0 --days-ood "$DAYS_OOD" --out "$DATA/$market" > /dev/null
+  fi
+  evaluate "$DATA/$market" mc "$OUT/$market/mc" "onnx:$MODEL"
+  rows+=(--row "$market MC" "$OUT/$market/mc/episodes.csv" "shield:onnx:$MODEL")
+  runs="${SC_RUNS:-}/$market/sc/cbrl-s*"
+  if [ -n "${SC_RUNS:-}" ] && compgen -G "$runs" > /dev/null; then
+    evaluate "$DATA/$market" sc "$OUT/$market/sc" "ensemble:cbrl=$runs"
+    rows+=(--row "$market SC" "$OUT/$market/sc/episodes.csv" "shield:ensemble:cbrl")
+  fi
+done
+.venv/bin/python -m training.long_ood "$OUT/running-gap.png" "${rows[@]}"
