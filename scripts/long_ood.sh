@@ -10,8 +10,9 @@
 #   SC_RUNS=runs/suite bash scripts/long_ood.sh     # also each market's SC ensemble, $SC_RUNS/M/sc/cbrl-s*
 #
 # Settings: DAYS_OOD (100), MARKETS ("bench sparse shifted volatile"), MODEL (models/default), DATA
-# (data/long-ood-$DAYS_OOD), OUT (out/long-ood-$DAYS_OOD). Resumable: markets and evaluations already written are
-# kept. About 1 minute per market to generate and 3-4 minutes per model and market to evaluate on 2 cores.
+# (data/long-ood-$DAYS_OOD), OUT (out/long-ood-$DAYS_OOD); paths are relative to the repository root. Resumable:
+# markets, and evaluations made by the same methods from the same model card or runs' best actors, are kept.
+# About 1 minute per market to generate and 3-4 minutes per model and market to evaluate on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -23,12 +24,17 @@ MODEL="${MODEL:-models/default}"
 DATA="${DATA:-data/long-ood-$DAYS_OOD}"
 OUT="${OUT:-out/long-ood-$DAYS_OOD}"
 
-evaluate() {  # MARKET SETTING OUT_DIR METHOD: METHOD and PID, alone and behind the shield, on every OOD day
-  local market=$1 setting=$2 out=$3 method=$4
-  if [ ! -f "$out/episodes.csv" ]; then
+evaluate() {  # MARKET SETTING OUT_DIR METHOD [WHAT]: METHOD and PID, alone and behind the shield, every OOD day
+  local market=$1 setting=$2 out=$3 method=$4 what=${5:-}
+  local methods="pid,shield:pid,$method,shield:$method"
+  # Kept only if made by the same methods from the same model or runs (the stamp is written after success).
+  local stamp="$methods $what"
+  if [ ! -f "$out/episodes.csv" ] || [ "$(cat "$out/.long-ood-stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$out"
     mkdir -p "$(dirname "$out")"
-    rcb evaluate "$market" --setting "$setting" --split ood --methods "pid,shield:pid,$method,shield:$method" \
-      --out "$out" > "$out.log" 2>&1 || { echo "evaluating $out failed; see $out.log" >&2; exit 1; }
+    rcb evaluate "$market" --setting "$setting" --split ood --methods "$methods" --out "$out" > "$out.log" 2>&1 ||
+      { echo "evaluating $out failed; see $out.log" >&2; exit 1; }
+    echo "$stamp" > "$out/.long-ood-stamp"
   fi
   echo "evaluated $out" >&2
 }
@@ -38,11 +44,11 @@ for market in $MARKETS; do
   if [ ! -f "$DATA/$market/manifest.json" ]; then
     rcb market generate --preset "$market" --seed 0 --days-ood "$DAYS_OOD" --out "$DATA/$market" > /dev/null
   fi
-  evaluate "$DATA/$market" mc "$OUT/$market/mc" "onnx:$MODEL"
+  evaluate "$DATA/$market" mc "$OUT/$market/mc" "onnx:$MODEL" "$(sha256sum "$MODEL/model.json" | cut -c1-16)"
   rows+=(--row "$market MC" "$OUT/$market/mc/episodes.csv" "shield:onnx:$MODEL")
   runs="${SC_RUNS:-}/$market/sc/cbrl-s*"
   if [ -n "${SC_RUNS:-}" ] && compgen -G "$runs" > /dev/null; then
-    evaluate "$DATA/$market" sc "$OUT/$market/sc" "ensemble:cbrl=$runs"
+    evaluate "$DATA/$market" sc "$OUT/$market/sc" "ensemble:cbrl=$runs" "$(cat $runs/best.pt 2>/dev/null | sha256sum | cut -c1-16)"
     rows+=(--row "$market SC" "$OUT/$market/sc/episodes.csv" "shield:ensemble:cbrl")
   fi
 done

@@ -14,7 +14,7 @@ from torch import nn
 from model.trajectory import prefix_mask
 from training.agents.encoder import PosteriorEncoder
 from training.agents.ensemble import EnsembleEncoder
-from training.encoder_graph import encoder_graph
+from training.encoder_graph import STD_FLOOR, encoder_graph
 from training.export import ENCODER_ATOL
 
 TRANSITION_DIM = 19
@@ -56,8 +56,11 @@ def test_the_graph_answers_the_torch_posterior_for_prefix_masks(members: int, le
     assert got_mean.shape == (n, 4 * members) and got_std.shape == (n, 4 * members)
     np.testing.assert_allclose(got_mean, mean.numpy(), rtol=0, atol=ENCODER_ATOL)
     np.testing.assert_allclose(got_std, std.numpy(), rtol=0, atol=ENCODER_ATOL)
-    # the empty row answers the heads' biases (per member), as torch does
-    np.testing.assert_allclose(got_mean[0, :4], parts[0].mean_head.bias.detach().numpy(), atol=1e-6)
+    # the empty row answers the heads' biases (per member), as torch does, and the std keeps its floor
+    first = parts[0]
+    np.testing.assert_allclose(got_mean[0, :4], first.mean_head.bias.detach().numpy(), atol=1e-6)
+    prior_std = torch.nn.functional.softplus(first.std_head.bias).detach().numpy() + STD_FLOOR
+    np.testing.assert_allclose(got_std[0, :4], prior_std, rtol=0, atol=1e-6)
 
 
 def test_each_block_is_one_fused_causal_attention_node():
@@ -95,4 +98,15 @@ def test_a_block_the_graph_does_not_implement_is_refused():
     assert isinstance(block, nn.TransformerEncoderLayer)
     block.norm_first = True
     with pytest.raises(ValueError, match="post-norm"):
+        encoder_graph(encoder)
+
+
+def test_modules_the_graph_does_not_write_are_refused():
+    ensemble = EnsembleEncoder(encoders(2))
+    ensemble.encoders[1] = nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="only of PosteriorEncoders"):
+        encoder_graph(ensemble)
+    encoder = encoders(1)[0]
+    encoder.blocks.norm = nn.LayerNorm(32)
+    with pytest.raises(ValueError, match="final norm"):
         encoder_graph(encoder)

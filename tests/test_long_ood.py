@@ -55,3 +55,11 @@ def test_a_method_that_did_not_play_is_a_clear_error(tmp_path: Path, capsys: pyt
     episodes().to_csv(path, index=False)
     assert main([str(tmp_path / "x.png"), "--row", "m", str(path), "cbrl"]) == 2
     assert "no episodes of 'cbrl'" in capsys.readouterr().err
+
+
+def test_first_must_name_at_least_one_day(tmp_path: Path):
+    path = tmp_path / "episodes.csv"
+    episodes().to_csv(path, index=False)
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / "x.png"), "--row", "m", str(path), "shield:m", "--first", "0"])
+    assert exit_.value.code == 2

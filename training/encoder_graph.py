@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import onnx
 
 MS_DOMAIN = "com.microsoft"
-"""onnxruntime's contrib operators (Attention); every onnxruntime build has them."""
+"""onnxruntime's contrib operators (Attention); standard onnxruntime builds (PyPI's included) have them."""
 MASKED_SCORE = -1e30
 """The masked score of a later step, set explicitly (the operator's documented default is -10,000; torch masks
 with -inf): finite, so a row never sums to NaN, and its exp is 0 in float32 whatever the scores."""
@@ -46,9 +46,12 @@ STD_FLOOR = 1e-4
 
 def members_of(encoder: PosteriorEncoder | EnsembleEncoder) -> list[PosteriorEncoder]:
     """The single encoder, or an ensemble's members in order (their posteriors are concatenated in that order)."""
-    if isinstance(encoder, EnsembleEncoder):
-        return [m for m in encoder.encoders if isinstance(m, PosteriorEncoder)]
-    return [encoder]
+    modules: list[nn.Module] = list(encoder.encoders) if isinstance(encoder, EnsembleEncoder) else [encoder]
+    members = [m for m in modules if isinstance(m, PosteriorEncoder)]
+    if len(members) != len(modules):
+        kinds = sorted({type(m).__name__ for m in modules if not isinstance(m, PosteriorEncoder)})
+        raise ValueError(f"cannot write the graph of a {', '.join(kinds)}, only of PosteriorEncoders")
+    return members
 
 
 def _check_block(block: nn.Module, where: str) -> nn.TransformerEncoderLayer:
@@ -58,8 +61,11 @@ def _check_block(block: nn.Module, where: str) -> nn.TransformerEncoderLayer:
     attention = block.self_attn
     if block.norm_first or block.activation is not F.relu or attention.in_proj_weight is None:
         raise ValueError(f"{where}: only post-norm ReLU blocks with a packed QKV projection are exported")
-    if not attention.batch_first or attention.bias_k is not None or attention.in_proj_bias is None:
+    if not attention.batch_first or attention.bias_k is not None or attention.add_zero_attn:
         raise ValueError(f"{where}: unsupported attention options")
+    biases = (attention.in_proj_bias, attention.out_proj.bias, block.linear1.bias, block.linear2.bias)
+    if any(b is None for b in biases) or block.norm1.bias is None or block.norm2.bias is None:
+        raise ValueError(f"{where}: the graph writes every projection and norm with its bias")
     return block
 
 
@@ -104,6 +110,8 @@ def _member(
         "Slice", [graph.const(f"{p}position", encoder.position), "zero", length, "zero"], f"{p}position.sliced"
     )
     x = graph.node("Add", [embedded, positions], f"{p}x0")
+    if encoder.blocks.norm is not None:
+        raise ValueError(f"{p}encoder: a final norm after the blocks is not written")
     for index, module in enumerate(encoder.blocks.layers):
         block = _check_block(module, f"{p}block {index}")
         b = f"{p}block{index}."
@@ -202,5 +210,5 @@ def encoder_graph(encoder: PosteriorEncoder | EnsembleEncoder) -> onnx.ModelProt
         opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)],
         producer_name="rcb.training.encoder_graph",
     )
-    model.ir_version = 10  # what onnxruntime >= 1.17 reads, as the exporter writes for opset 20
+    model.ir_version = 10  # the IR version torch's exporter writes for opset 20
     return model

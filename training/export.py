@@ -156,7 +156,7 @@ def _write_encoder_graph(encoder: PosteriorEncoder | EnsembleEncoder, path: Path
     try:
         model = encoder_graph(encoder)
         onnx.checker.check_model(model)
-    except (ValueError, onnx.checker.ValidationError) as exc:
+    except (ValueError, TypeError, onnx.checker.ValidationError) as exc:
         raise ExportError(f"cannot write {path.name}: {exc}") from exc
     onnx.save(model, str(path))
 

@@ -93,11 +93,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--first", type=int, default=20, help="the days the shorter evaluation read (default 20)")
     parser.add_argument("--baseline", default="pid", help="the method compared with (default pid)")
     args = parser.parse_args(argv)
+    if args.first < 1:
+        parser.error(f"--first must be at least 1 (got {args.first})")
     try:
         rows = [Row(label, Path(path), method) for label, path, method in args.row]
         frames = {row.episodes: pd.read_csv(row.episodes) for row in rows}
         for row in rows:
             head, whole = first_and_all(frames[row.episodes], row.method, args.first, args.baseline)
+            if head.days == whole.days:
+                print(f"warning: {row.label}: {whole.days} days in all, not more than --first", file=sys.stderr)
             print(f"{row.label}: {row.method} - {args.baseline}")
             print(f"  {f'first {head.days} days':>14}: ANS {head.describe()}")
             print(f"  {f'all {whole.days} days':>14}: ANS {whole.describe()}")
