@@ -64,15 +64,21 @@ def plot(rows: list[Row], frames: dict[Path, pd.DataFrame], out: Path, first: in
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    # A label's first word (the market) picks the colour, the rest (the setting) the line style.
+    colours: dict[str, str] = {}
+    styles: dict[str, str] = {}
     for row in rows:
+        head, _, rest = row.label.partition(" ")
+        colour = colours.setdefault(head, f"C{len(colours) % 10}")
+        style = styles.setdefault(rest, ["-", "--", "-.", ":"][len(styles) % 4])
         curve = running_mean(daily_gaps(frames[row.episodes], row.method, baseline))
-        ax.plot(np.arange(1, len(curve) + 1), curve, label=row.label)
-    ax.axhline(BAR, color="k", lw=0.8, ls=":", label=f"bar: {baseline} + {BAR}")
+        ax.plot(np.arange(1, len(curve) + 1), curve, color=colour, ls=style, label=row.label)
+    ax.axhline(BAR, color="k", lw=0.8, ls=(0, (1, 3)), label=f"bar: {baseline} + {BAR}")
     ax.axhline(0.0, color="grey", lw=0.6)
     ax.axvline(first, color="grey", lw=0.8, ls="--", label=f"the first {first} days")
     ax.set_xlabel("days read (in day order)")
     ax.set_ylabel(f"running mean of the daily ANS gap to {baseline}")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncol=2, loc="lower right")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
