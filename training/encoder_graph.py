@@ -104,14 +104,14 @@ def _member(
     """One encoder's nodes: ``steps -> (mean, std)`` of its posterior (names under ``prefix``)."""
     weights, count, any_valid = pooling
     p = prefix
+    if encoder.blocks.norm is not None:
+        raise ValueError(f"{p}encoder: a final norm after the blocks is not written")
     embedded = graph.node("MatMul", ["steps", graph.const(f"{p}embed.W", encoder.embed.weight.T)], f"{p}embed.matmul")
     embedded = graph.node("Add", [embedded, graph.const(f"{p}embed.b", encoder.embed.bias)], f"{p}embed")
     positions = graph.node(
         "Slice", [graph.const(f"{p}position", encoder.position), "zero", length, "zero"], f"{p}position.sliced"
     )
     x = graph.node("Add", [embedded, positions], f"{p}x0")
-    if encoder.blocks.norm is not None:
-        raise ValueError(f"{p}encoder: a final norm after the blocks is not written")
     for index, module in enumerate(encoder.blocks.layers):
         block = _check_block(module, f"{p}block {index}")
         b = f"{p}block{index}."
@@ -158,9 +158,7 @@ def encoder_graph(encoder: PosteriorEncoder | EnsembleEncoder) -> onnx.ModelProt
 
     from training.export import OPSET
 
-    members = members_of(encoder)
-    if not members:
-        raise ValueError("no encoder to export")
+    members = members_of(encoder)  # never empty: an EnsembleEncoder refuses no members
     transition_dim = int(members[0].embed.in_features)
     latent = sum(int(m.latent_dim) for m in members)
     spec = encoder_spec(transition_dim, latent)

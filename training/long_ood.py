@@ -22,9 +22,7 @@ import numpy as np
 import pandas as pd
 
 from training.significance import PairedGap, daily, paired_gap
-
-BAR = 0.03
-"""Issue 12's bar: ANS at least PID's + 0.03 (with CSR at least PID's), drawn on the plot."""
+from training.suite_report import ANS_MARGIN
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,7 @@ def plot(rows: list[Row], frames: dict[Path, pd.DataFrame], out: Path, first: in
         style = styles.setdefault(rest, ["-", "--", "-.", ":"][len(styles) % 4])
         curve = running_mean(daily_gaps(frames[row.episodes], row.method, baseline))
         ax.plot(np.arange(1, len(curve) + 1), curve, color=colour, ls=style, label=row.label)
-    ax.axhline(BAR, color="k", lw=0.8, ls=(0, (1, 3)), label=f"bar: {baseline} + {BAR}")
+    ax.axhline(ANS_MARGIN, color="k", lw=0.8, ls=(0, (1, 3)), label=f"bar: {baseline} + {ANS_MARGIN}")  # issue 12's
     ax.axhline(0.0, color="grey", lw=0.6)
     ax.axvline(first, color="grey", lw=0.8, ls="--", label=f"the first {first} days")
     ax.set_xlabel("days read (in day order)")
