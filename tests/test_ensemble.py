@@ -151,3 +151,23 @@ def test_the_validation_split_is_the_days_training_held_out(tmp_path_factory: py
     train = DaySet.load(market, "train", SETTING)
     held_out = [train.days[i] for i in split_validation(train)[1]]
     assert sorted(result.episodes["day"]) == sorted(held_out) and 0 < len(held_out) < len(train)
+
+
+def test_the_validation_split_refuses_runs_that_held_out_another_fold(tmp_path_factory: pytest.TempPathFactory):
+    """A run trained with ``--validation-fold K`` (K > 0) learned from fold 0's days: scoring it there with
+    ``--split validation`` would be in-sample, so it is refused with a clear message (alone, in a group, shielded)."""
+    import json
+    import shutil
+
+    exported = exported_runs(tmp_path_factory)
+    market = Market.open(exported.market)
+    run = exported.cbrl_run
+    folded = tmp_path_factory.mktemp("folded") / "cbrl-s0"
+    shutil.copytree(run, folded)
+    body = json.loads((folded / "run.json").read_text())
+    body["config"]["validation_fold"] = 2
+    (folded / "run.json").write_text(json.dumps(body))
+    for methods in (str(folded), f"shield:folded={folded.parent}/cbrl-s*", f"ensemble:folded={folded.parent}/*"):
+        with pytest.raises(EvaluationError, match="held out validation fold 2"):
+            evaluate(market, SETTING, "validation", parse_methods(methods), seeds=1)
+    evaluate(market, SETTING, "validation", parse_methods(str(run)), seeds=1)  # fold 0: allowed

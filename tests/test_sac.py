@@ -195,6 +195,14 @@ def test_config_and_validation_split():
     train_days, validation_days = split_validation(Days(), 0.2)  # type: ignore[arg-type]
     assert len(validation_days) == 6 and len(train_days) == 24
     assert not set(train_days) & set(validation_days)
+    # The five folds are disjoint, cover the train days, and fold 0 is the default split.
+    folds = [split_validation(30, 0.2, fold)[1] for fold in range(5)]
+    assert sorted(np.concatenate(folds).tolist()) == list(range(30))
+    assert np.array_equal(folds[0], validation_days) and np.array_equal(folds[2], np.arange(2, 30, 5))
+    with pytest.raises(ValueError, match="out of range"):
+        split_validation(30, 0.2, 5)
+    with pytest.raises(ValueError, match=r"validation_fold must be in 0\.\.4"):
+        SACConfig(algo="cbrl", validation_fold=5)
 
 
 def test_soft_combination_rivals_use_their_rewards(tiny_market):

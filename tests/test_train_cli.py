@@ -290,3 +290,31 @@ def test_start_at_controller_makes_the_controller_the_first_candidate_of_model_s
     assert body["config"]["start_at_controller"] is True and len(body["history"]) == 2
     refused = runner.invoke(app, [*args[:6], str(tmp_path / "x"), *args[7:], "--no-residual", "--start-at-controller"])
     assert refused.exit_code != 0 and "start_at_controller needs a residual" in refused.output
+
+
+def test_validation_fold_holds_out_other_days(market: Path, tmp_path: Path):
+    """``--validation-fold K``: model selection reads every fifth train day from day K (the controller's
+    validation score is the PID's on exactly those days); a fold out of range is a clear CLI error."""
+    from model.controller import GAIN_FIELDS
+    from training.agents.sac import play_days, score
+    from training.bidders.pid import PID
+    from training.dayset import DaySet, split_validation
+    from training.market.dataset import Market
+
+    out = tmp_path / "fold-1"
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    result = runner.invoke(app, [*args, "--out", str(out), "--epochs", "1", "--validation-fold", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "run.json").read_text())
+    assert body["config"]["validation_fold"] == 1
+    controller = body["config"]["controller"]
+    pid = PID(np.asarray(controller["traffic_profile"]), **{k: controller[k] for k in GAIN_FIELDS})
+    days = DaySet.load(Market.open(market), "train", "sc")
+    _, fold_0 = split_validation(days, body["config"]["validation_fraction"])
+    _, fold_1 = split_validation(days, body["config"]["validation_fraction"], 1)
+    assert len(fold_1) > 0 and not set(fold_0) & set(fold_1)
+    outcome, _ = play_days(pid, days, fold_1, 1, seed=0)
+    assert body["controller_validation_score"] == pytest.approx(score(outcome, days, fold_1), abs=1e-9)
+    bad = runner.invoke(app, [*args, "--out", str(tmp_path / "fold-9"), "--validation-fold", "9"])
+    assert bad.exit_code == 2 and "validation_fold must be in 0..4" in bad.output
+    assert not (tmp_path / "fold-9" / "run.json").exists()

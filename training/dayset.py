@@ -25,17 +25,30 @@ VALIDATION = "validation"
 """The name ``rcb evaluate`` gives those held-out train days (``--split validation``)."""
 
 
-def split_validation(train: DaySet, fraction: float = VALIDATION_FRACTION) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the training and validation days: every k-th train day is held out (at least one each).
+def validation_folds(fraction: float = VALIDATION_FRACTION) -> int:
+    """How many disjoint validation folds the train days hold: every ``1 / fraction``-th day makes one."""
+    return max(2, round(1 / fraction))
 
-    The same days whatever the run's seed, so training's model selection and ``rcb evaluate --split
-    validation`` (choosing between runs, or between a run and an ensemble) read the same days.
+
+def split_validation(
+    train: DaySet | int, fraction: float = VALIDATION_FRACTION, fold: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the training and validation days: every k-th train day is held out (at least one each),
+    starting at day ``fold`` (``0 <= fold < validation_folds(fraction)``; the folds are disjoint and cover the
+    train days).
+
+    Fold 0 is the same days whatever the run's seed, so training's model selection and ``rcb evaluate --split
+    validation`` (choosing between runs, or between a run and an ensemble) read the same days. Runs trained on
+    different folds (``rcb train --validation-fold``) each hold out other days: together they learn from all
+    train days and their model selection reads all of them, at the price of no shared held-out days.
     """
-    n = len(train)
+    n = train if isinstance(train, int) else len(train)
     if n < 2 or fraction <= 0:
         return np.arange(n), np.arange(n)
-    every = max(2, round(1 / fraction))
-    validation = np.arange(n)[::every]
+    every = validation_folds(fraction)
+    if not 0 <= fold < every:
+        raise ValueError(f"validation fold {fold} is out of range: there are {every} folds (0..{every - 1})")
+    validation = np.arange(n)[fold::every] if fold < n else np.arange(n)[-1:]
     return np.setdiff1d(np.arange(n), validation), validation
 
 

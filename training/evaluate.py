@@ -313,6 +313,8 @@ def evaluate(
     if any(m in BASELINES for m in methods) and not market.split("train"):
         raise EvaluationError(f"{market.root}: baselines are tuned on the train split, which has no days")
     days, train = split_days(market, split, setting, progress)
+    if split == VALIDATION:
+        _check_validation_fold(methods)
     market_gains: list[ControllerGains] = []
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:
@@ -376,6 +378,25 @@ def evaluate(
     }
     summary = summarize(episodes, [method_label(m) for m in methods], gamma)
     return Evaluation(episodes=episodes, summary=summary, meta=meta)
+
+
+def _check_validation_fold(methods: list[str]) -> None:
+    """``--split validation`` reads fold 0 of the train days: refuse a run that held out another fold (``rcb train
+    --validation-fold``), for which those days are training days and the score would be in-sample."""
+    for listed in methods:
+        method = unshielded(listed)[0]
+        group = run_group(method)
+        runs = group[1] if group is not None else [Path(method)] if is_run_dir(method) else []
+        for run_dir in runs:
+            try:
+                fold = json.loads((run_dir / "run.json").read_text())["config"].get("validation_fold", 0)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # an unreadable run fails where it is loaded, with its own message
+            if fold != 0:
+                raise EvaluationError(
+                    f"{run_dir} held out validation fold {fold}; --split validation reads fold 0, days that run"
+                    " trained on (score it on test or OOD days, or compare the runs' best_validation_score)"
+                )
 
 
 def _play_run_group(

@@ -50,6 +50,7 @@ RESUMED_CHOICES: dict[str, Any] = {
     "start_at_controller": False,
     "n_step": _default("n_step"),
     "correction_penalty": _default("correction_penalty"),
+    "validation_fold": 0,
 }
 """The options a resumed run keeps from its run.json when they are not given, with the value a run recorded
 before the option existed had (the behaviour of that time)."""
@@ -189,6 +190,17 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    validation_fold: Annotated[
+        int | None,
+        typer.Option(
+            "--validation-fold",
+            min=0,
+            help="Which fold of the train days model selection holds out: every fifth day from day K (K in 0..4)."
+            " An ensemble's runs trained on folds 0..4 learn from and are selected on all train days. Default 0"
+            " (the days `rcb evaluate --split validation` reads).",
+            show_default=False,
+        ),
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
@@ -218,6 +230,7 @@ def train_command(
                 "regime_spread": regime_spread,
                 "relaxed_stages": relaxed_stages,
                 "start_at_controller": start_at_controller,
+                "validation_fold": validation_fold,
             }
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key, before_the_option in RESUMED_CHOICES.items():

@@ -54,7 +54,7 @@ from training.curriculum import (
     USCBStage,
     stage_at,
 )
-from training.dayset import VALIDATION_FRACTION, DaySet, split_validation
+from training.dayset import VALIDATION_FRACTION, DaySet, split_validation, validation_folds
 from training.domain_randomization import draw_regimes
 from training.rewards import DualAscent, constraint_gap
 
@@ -184,6 +184,10 @@ class SACConfig:
     :data:`START_AT_CONTROLLER` of the run's setting for a residual run, else off (:meth:`resolve`)."""
     validation_fraction: float = VALIDATION_FRACTION
     """Share of the train days held out for model selection (:func:`training.dayset.split_validation`)."""
+    validation_fold: int = 0
+    """Which of the ``1 / validation_fraction`` disjoint folds of the train days is held out (0: every fifth day
+    from the first, the days ``rcb evaluate --split validation`` reads). Runs of an ensemble trained on different
+    folds learn from, and are selected on, different days (:func:`training.dayset.split_validation`)."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -200,6 +204,11 @@ class SACConfig:
             raise ValueError("correction_penalty needs a residual run (it pulls toward the reference controller)")
         if self.start_at_controller and not self.residual:
             raise ValueError("start_at_controller needs a residual run (it starts at the reference controller)")
+        if not 0 <= self.validation_fold < validation_folds(self.validation_fraction):
+            raise ValueError(
+                f"validation_fold must be in 0..{validation_folds(self.validation_fraction) - 1}"
+                f" (validation_fraction {self.validation_fraction})"
+            )
         if not self.curriculum:
             stages = CURRICULA[self.algo]
             if self.algo == "uscb":  # CURRICULA's uscb and rcpo entries are one stage of their own kind
@@ -629,7 +638,7 @@ def train(
     if state is not None:
         agent.load_state(state)
     buffer = EpisodeBuffer(config.buffer_episodes, agent.controller)
-    train_days, validation_days = split_validation(days, config.validation_fraction)
+    train_days, validation_days = split_validation(days, config.validation_fraction, config.validation_fold)
     multiplier = float(state["multiplier"]) if state and "multiplier" in state else config.rcpo_multiplier
     dual = DualAscent(multiplier=multiplier, learning_rate=config.rcpo_learning_rate)
     auto = RegretCurriculum.of(config.curriculum) if config.auto_curriculum else None
