@@ -58,6 +58,7 @@ from loadtest.scenarios import (  # noqa: E402
     slot_update_requests,
     slot_updates,
 )
+from model.artifact import ArtifactError, load_artifact  # noqa: E402
 from model.state import CampaignState  # noqa: E402
 from tests.serving.redis_servers import RedisClusterProcs, RedisServer  # noqa: E402
 
@@ -567,6 +568,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=MODEL_DIR, help="the model the service serves (models/default)")
     args = parser.parse_args()
     MODEL_DIR = args.model.resolve()
+    try:  # a bad --model fails here with the loader's message, not later at the servers' readiness check
+        load_artifact(MODEL_DIR)
+    except ArtifactError as exc:
+        parser.error(f"--model {args.model}: {exc}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     watchdog = start_watchdog()
     reps = 2 if args.quick else 3
