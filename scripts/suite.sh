@@ -14,9 +14,13 @@
 #                                                  # (100 runs: about 5 hours on 2 cores)
 #   MARKETS="sparse" SEEDS=3 RIVALS= bash scripts/suite.sh   # a subset, CBRL and the tuned baselines only
 #   SETTINGS="sc mc" JOBS=4 bash scripts/suite.sh  # both settings, more runs at once on a bigger machine
+#   DAYS_OOD=100 bash scripts/suite.sh             # OOD rows read on 100 days: markets data/suite-ood100/<market>
+#                                                  # (the same train, test and first 20 OOD days), the same runs
 #
 # Outputs: data/suite/<market>/ (markets), runs/suite/<market>/<setting>/cbrl-s<k>/ (runs),
 # out/suite/<market>/<setting>-<split>/ (rcb evaluate's outputs) and out/suite/SUITE.md (the per-market table).
+# With DAYS_OOD other than 20 the markets and outputs go to data/suite-ood<N>/ and out/suite-ood<N>/; the runs
+# are shared, since the train days (all a run is fitted to) are byte-identical.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,9 +28,11 @@ MARKETS="${MARKETS:-bench sparse shifted volatile}"
 SETTINGS="${SETTINGS:-mc}"
 SEEDS="${SEEDS:-5}"
 JOBS="${JOBS:-2}"
-DATA="${DATA:-data/suite}"
+DAYS_OOD="${DAYS_OOD:-20}"          # OOD days per generated market (20: the suite's tables)
+suffix=$([ "$DAYS_OOD" = 20 ] || echo "-ood$DAYS_OOD")
+DATA="${DATA:-data/suite$suffix}"
 RUNS="${RUNS:-runs/suite}"
-OUT="${OUT:-out/suite}"
+OUT="${OUT:-out/suite$suffix}"
 MODEL="${MODEL:-models/default}"    # the shipped model, played on every market of its setting (a transfer check)
 MODEL_SETTING=$(.venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['setting'])" \
   "$MODEL/model.json")
@@ -49,8 +55,15 @@ source scripts/train_one.sh
 # 1. Markets.
 for market in $MARKETS; do
   if [ ! -f "$DATA/$market/manifest.json" ]; then
-    .venv/bin/rcb market generate --preset "$market" --seed 0 --out "$DATA/$market" --json > /dev/null
+    .venv/bin/rcb market generate --preset "$market" --seed 0 --days-ood "$DAYS_OOD" --out "$DATA/$market" \
+      --json > /dev/null
     echo "generated $DATA/$market"
+  fi
+  have=$(.venv/bin/python -c "import json, sys; m = json.load(open(sys.argv[1]));
+print(sum(d['split'] == 'ood' for d in m['days']))" "$DATA/$market/manifest.json")
+  if [ "$have" != "$DAYS_OOD" ]; then
+    echo "$DATA/$market has $have OOD days, not DAYS_OOD=$DAYS_OOD; choose another DATA or remove it" >&2
+    exit 2
   fi
 done
 if [ "$FIXTURES" = 1 ]; then
