@@ -203,6 +203,9 @@ def test_config_and_validation_split():
         split_validation(30, 0.2, 5)
     with pytest.raises(ValueError, match=r"validation_fold must be in 0\.\.4"):
         SACConfig(algo="cbrl", validation_fold=5)
+    assert SACConfig(algo="crl", validation_fraction=0.0).validation_fold == 0  # nothing held out: one fold
+    with pytest.raises(ValueError, match=r"validation_fold must be in 0\.\.0"):
+        SACConfig(algo="crl", validation_fraction=0.0, validation_fold=1)
 
 
 def test_soft_combination_rivals_use_their_rewards(tiny_market):

@@ -26,8 +26,9 @@ VALIDATION = "validation"
 
 
 def validation_folds(fraction: float = VALIDATION_FRACTION) -> int:
-    """How many disjoint validation folds the train days hold: every ``1 / fraction``-th day makes one."""
-    return max(2, round(1 / fraction))
+    """How many disjoint validation folds the train days hold: every ``1 / fraction``-th day makes one (1 when
+    nothing is held out, ``fraction`` 0: model selection then reads the train days themselves)."""
+    return max(2, round(1 / fraction)) if fraction > 0 else 1
 
 
 def split_validation(
