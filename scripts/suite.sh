@@ -16,6 +16,8 @@
 #   SETTINGS="sc mc" JOBS=4 bash scripts/suite.sh  # both settings, more runs at once on a bigger machine
 #   DAYS_OOD=100 bash scripts/suite.sh             # OOD rows read on 100 days: markets data/suite-ood100/<market>
 #                                                  # (the same train, test and first 20 OOD days), the same runs
+#   FOLDS=1 bash scripts/suite.sh                  # CBRL run k holds out validation fold k (rcb train
+#                                                  # --validation-fold): runs/suite-folds, out/suite-folds
 #
 # Outputs: data/suite/<market>/ (markets), runs/suite/<market>/<setting>/cbrl-s<k>/ (runs),
 # out/suite/<market>/<setting>-<split>/ (rcb evaluate's outputs) and out/suite/SUITE.md (the per-market table).
@@ -31,8 +33,15 @@ JOBS="${JOBS:-2}"
 DAYS_OOD="${DAYS_OOD:-20}"          # OOD days per generated market (20: the suite's tables)
 suffix=$([ "$DAYS_OOD" = 20 ] || echo "-ood$DAYS_OOD")
 DATA="${DATA:-data/suite$suffix}"
-RUNS="${RUNS:-runs/suite}"
-OUT="${OUT:-out/suite$suffix}"
+FOLDS="${FOLDS:-0}"                # 1: CBRL run k holds out fold k of the train days, not fold 0 (no shared
+                                   # held-out days, so no validation evaluation and the ensemble is what ships)
+folds=$([ "$FOLDS" = 1 ] && echo "-folds" || true)
+if [ "$FOLDS" = 1 ] && [ "$SEEDS" -gt 5 ]; then
+  echo "FOLDS=1 trains run k on fold k of 5: SEEDS must be at most 5" >&2
+  exit 2
+fi
+RUNS="${RUNS:-runs/suite$folds}"
+OUT="${OUT:-out/suite$folds$suffix}"
 MODEL="${MODEL:-models/default}"    # the shipped model, played on every market of its setting (a transfer check)
 MODEL_SETTING=$(.venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['setting'])" \
   "$MODEL/model.json")
@@ -79,7 +88,8 @@ fi
 for seed in $(seq 0 $((SEEDS - 1))); do
   for market in $MARKETS; do
     for setting in $SETTINGS; do
-      echo "$DATA/$market $setting cbrl $seed $RUNS/$market/$setting/cbrl-s$seed"
+      echo "$DATA/$market $setting cbrl $seed $RUNS/$market/$setting/cbrl-s$seed$([ "$FOLDS" = 1 ] &&
+        echo " --validation-fold $seed")"
     done
   done
 done | run_jobs
@@ -124,8 +134,10 @@ mkdir -p "$OUT"
         mkdir -p "$OUT/$market"
         echo "$DATA/$market $setting $split $OUT/$market/$setting-$split $methods"
       done
-      # Model selection between the runs and their ensemble reads the validation days only.
-      echo "$DATA/$market $setting validation $OUT/$market/$setting-validation pid,cbrl=$runs,ensemble:cbrl=$runs"
+      # Model selection between the runs and their ensemble reads the validation days only (fold 0: with FOLDS=1
+      # those are training days of four runs in five, so the ensemble ships).
+      [ "$FOLDS" = 1 ] ||
+        echo "$DATA/$market $setting validation $OUT/$market/$setting-validation pid,cbrl=$runs,ensemble:cbrl=$runs"
     done
   done
   if [ "$FIXTURES" = 1 ]; then
