@@ -115,6 +115,7 @@ def test_an_exported_ensemble_is_one_ordinary_model_that_plays_as_the_torch_ense
     assert artifact.card.training.members == [str(r) for r in runs]
     assert artifact.card.training.controller == single.card.training.controller
     assert len(artifact.card.evaluation.member_validation_scores) == 3
+    assert artifact.card.training.config["member_validation_folds"] == [0, 0, 0]  # every member's, not member 0's
     # The ONNX model plays as the torch ensemble rcb evaluate builds (float rounding aside).
     market = Market.open(exported.market)
     bidder, _ = load_ensemble_bidder(runs)
@@ -171,3 +172,12 @@ def test_the_validation_split_refuses_runs_that_held_out_another_fold(tmp_path_f
         with pytest.raises(EvaluationError, match="held out validation fold 2"):
             evaluate(market, SETTING, "validation", parse_methods(methods), seeds=1)
     evaluate(market, SETTING, "validation", parse_methods(str(run)), seeds=1)  # fold 0: allowed
+    # An exported model whose card names a member of another fold is refused too.
+    model = tmp_path_factory.mktemp("folded-model") / "model"
+    shutil.copytree(exported.cbrl_model, model)
+    card = json.loads((model / "model.json").read_text())
+    card["training"]["config"]["member_validation_folds"] = [0, 3]
+    (model / "model.json").write_text(json.dumps(card))
+    with pytest.raises(EvaluationError, match="held out validation fold 3"):
+        evaluate(market, SETTING, "validation", parse_methods(f"shield:onnx:{model}"), seeds=1)
+    evaluate(market, SETTING, "validation", parse_methods(f"onnx:{exported.cbrl_model}"), seeds=1)

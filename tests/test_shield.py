@@ -198,3 +198,14 @@ def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: py
     assert summary["open"]["shield_acted_share"] <= summary["default"]["shield_acted_share"]
     with pytest.raises(EvaluationError, match="onnx:MODEL_DIR or ensemble"):
         sweep(exported.market, "test", SETTING, str(exported.cbrl_run), configs, seeds=1)
+    # On validation days, a model with a member that held out another fold is refused (those are its training days).
+    import json
+    import shutil
+
+    folded = tmp_path_factory.mktemp("sweep-folded") / "model"
+    shutil.copytree(exported.cbrl_model, folded)
+    card = json.loads((folded / "model.json").read_text())
+    card["training"]["config"]["member_validation_folds"] = [1]
+    (folded / "model.json").write_text(json.dumps(card))
+    with pytest.raises(EvaluationError, match="held out validation fold 1"):
+        sweep(exported.market, "validation", SETTING, f"onnx:{folded}", configs, seeds=1)

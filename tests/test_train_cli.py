@@ -315,6 +315,10 @@ def test_validation_fold_holds_out_other_days(market: Path, tmp_path: Path):
     assert len(fold_1) > 0 and not set(fold_0) & set(fold_1)
     outcome, _ = play_days(pid, days, fold_1, 1, seed=0)
     assert body["controller_validation_score"] == pytest.approx(score(outcome, days, fold_1), abs=1e-9)
+    # A resume keeps the fold it started with; another one is refused (its epochs were selected on fold 1's days).
+    other = runner.invoke(app, [*args, "--out", str(out), "--epochs", "2", "--resume", "--validation-fold", "2"])
+    assert other.exit_code == 2 and "resume it with --validation-fold 1" in other.output
+    assert len(json.loads((out / "run.json").read_text())["history"]) == 1
     bad = runner.invoke(app, [*args, "--out", str(tmp_path / "fold-9"), "--validation-fold", "9"])
     assert bad.exit_code == 2 and "validation_fold must be in 0..4" in bad.output
     assert not (tmp_path / "fold-9" / "run.json").exists()

@@ -36,7 +36,7 @@ def split_validation(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Indices of the training and validation days: every k-th train day is held out (at least one each),
     starting at day ``fold`` (``0 <= fold < validation_folds(fraction)``; the folds are disjoint and cover the
-    train days).
+    train days, except with fewer train days than folds, where a fold past the last day holds out the last day).
 
     Fold 0 is the same days whatever the run's seed, so training's model selection and ``rcb evaluate --split
     validation`` (choosing between runs, or between a run and an ensemble) read the same days. Runs trained on

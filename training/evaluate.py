@@ -312,9 +312,9 @@ def evaluate(
         raise EvaluationError("seeds must be >= 1")
     if any(m in BASELINES for m in methods) and not market.split("train"):
         raise EvaluationError(f"{market.root}: baselines are tuned on the train split, which has no days")
-    days, train = split_days(market, split, setting, progress)
     if split == VALIDATION:
-        _check_validation_fold(methods)
+        check_validation_fold(methods)
+    days, train = split_days(market, split, setting, progress)
     market_gains: list[ControllerGains] = []
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:
@@ -380,21 +380,38 @@ def evaluate(
     return Evaluation(episodes=episodes, summary=summary, meta=meta)
 
 
-def _check_validation_fold(methods: list[str]) -> None:
-    """``--split validation`` reads fold 0 of the train days: refuse a run that held out another fold (``rcb train
-    --validation-fold``), for which those days are training days and the score would be in-sample."""
+def validation_folds_of(method: str) -> list[tuple[str, int]]:
+    """The validation fold each run behind ``method`` held out (``rcb train --validation-fold``): a run directory,
+    a run group (``LABEL=GLOB``, ``ensemble:``, ``shield:``) or an exported model (its card's members)."""
+    method = unshielded(method)[0]
+    if method.startswith(ONNX_PREFIX):
+        try:
+            card = json.loads((Path(method[len(ONNX_PREFIX) :]) / "model.json").read_text())
+            config = card["training"]["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []  # an unreadable card fails where it is loaded, with its own message
+        folds = config.get("member_validation_folds") or [config.get("validation_fold", 0)]
+        return [(method, int(fold)) for fold in folds]
+    group = run_group(method)
+    runs = group[1] if group is not None else [Path(method)] if is_run_dir(method) else []
+    out = []
+    for run_dir in runs:
+        try:
+            config = json.loads((run_dir / "run.json").read_text())["config"]
+            out.append((str(run_dir), int(config.get("validation_fold", 0))))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # an unreadable run fails where it is loaded, with its own message
+    return out
+
+
+def check_validation_fold(methods: list[str]) -> None:
+    """``--split validation`` reads fold 0 of the train days: refuse a run (or an exported model with a member) that
+    held out another fold, for which those days are training days and the score would be in-sample."""
     for listed in methods:
-        method = unshielded(listed)[0]
-        group = run_group(method)
-        runs = group[1] if group is not None else [Path(method)] if is_run_dir(method) else []
-        for run_dir in runs:
-            try:
-                fold = json.loads((run_dir / "run.json").read_text())["config"].get("validation_fold", 0)
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # an unreadable run fails where it is loaded, with its own message
+        for source, fold in validation_folds_of(listed):
             if fold != 0:
                 raise EvaluationError(
-                    f"{run_dir} held out validation fold {fold}; --split validation reads fold 0, days that run"
+                    f"{source} held out validation fold {fold}; --split validation reads fold 0, days that run"
                     " trained on (score it on test or OOD days, or compare the runs' best_validation_score)"
                 )
 

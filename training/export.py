@@ -281,8 +281,12 @@ def export_ensemble(
     except (KeyError, ValidationError) as exc:
         raise ExportError(f"{runs[0] / RUN_FILE}: cannot describe the run in a model card ({exc})") from None
     scores = [b.get("best_validation_score") for b in bodies]
+    folds = [int(b["config"].get("validation_fold", 0)) for b in bodies]  # member 0's config alone would hide them
     training = first.training.model_copy(
-        update={"members": [str(r) for r in runs], "config": {**first.training.config, "ensemble": len(runs)}}
+        update={
+            "members": [str(r) for r in runs],
+            "config": {**first.training.config, "ensemble": len(runs), "member_validation_folds": folds},
+        }
     )
     provenance = Provenance(
         algorithm=first.algorithm,

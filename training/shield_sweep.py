@@ -29,11 +29,12 @@ from model.controller import ControllerGains
 from model.shield import ShieldConfig
 from training.bidders.base import Bidder, play
 from training.bidders.shielded import ShieldedBidder
-from training.dayset import DaySet
+from training.dayset import VALIDATION, DaySet
 from training.evaluate import (
     ENSEMBLE_PREFIX,
     ONNX_PREFIX,
     EvaluationError,
+    check_validation_fold,
     ensemble_bidder,
     episode_rows,
     model_bidder,
@@ -91,6 +92,8 @@ def sweep(
 ) -> dict[str, dict[str, Any]]:
     """Per config (and the unshielded method and the PID): the summary of :func:`training.evaluate.summarize`."""
     market = Market.open(data)
+    if split == VALIDATION:
+        check_validation_fold([method])
     days, train = split_days(market, split, setting)
     inner, gains = inner_bidder(method, market, setting, train)
     pid, _ = tuned_baseline(market, REFERENCE, setting, train)

@@ -83,6 +83,9 @@ def run_training(
         if bool(previous["config"].get("residual", False)) != config.residual:
             kind = "a residual" if config.residual else "a non-residual"
             raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
+        fold = int(previous["config"].get("validation_fold", 0))
+        if fold != config.validation_fold:  # its earlier epochs were selected on that fold's days
+            raise RunError(f"{out} holds out validation fold {fold}; resume it with --validation-fold {fold}")
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
         start_epoch = len(history)
