@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from model.artifact import ArtifactError, read_card
 from model.contract import Setting
 from model.controller import ControllerGains
 from training.bidders import cem, pid, rm
@@ -386,9 +387,8 @@ def validation_folds_of(method: str) -> list[tuple[str, int]]:
     method = unshielded(method)[0]
     if method.startswith(ONNX_PREFIX):
         try:
-            card = json.loads((Path(method[len(ONNX_PREFIX) :]) / "model.json").read_text())
-            config = card["training"]["config"]
-        except (OSError, ValueError, KeyError, TypeError):
+            config = read_card(Path(method[len(ONNX_PREFIX) :])).training.config
+        except ArtifactError:
             return []  # an unreadable card fails where it is loaded, with its own message
         folds = config.get("member_validation_folds") or [config.get("validation_fold", 0)]
         return [(method, int(fold)) for fold in folds]
