@@ -62,3 +62,17 @@ def test_the_cli_prints_a_table_or_json(market_days):
     assert plot.stat().st_size > 1000
     bad = CliRunner().invoke(app, [str(market.root), "--multiplier", "0"])
     assert bad.exit_code == 2 and "must be > 0" in bad.output
+
+
+def test_another_validation_fold_probes_the_days_that_fold_learns_from(market_days):
+    """``--validation-fold K``: the probe plays the days a run of fold K learns from, not fold 0's."""
+    market, days, pid = market_days
+    other = probe(days, pid, multipliers=(1.0,), margins=(0.0,), validation_fold=1)
+    learn, _ = split_validation(days, fold=1)
+    assert not np.array_equal(learn, split_validation(days)[0])
+    outcome, _ = play_days(pid, days, learn, 1, seed=0)
+    assert other.loc[0, "score"] == pytest.approx(score(outcome, days, learn), abs=1e-12)
+    app = typer.Typer()
+    app.command()(main)
+    refused = CliRunner().invoke(app, [str(market.root), "--setting", SETTING, "--validation-fold", "5"])
+    assert refused.exit_code == 2 and "--validation-fold must be below 5" in refused.output

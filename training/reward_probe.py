@@ -32,7 +32,7 @@ from model.history import History, Registration
 from training.agents.sac import play_days
 from training.bidders.base import Bidder, SlotResult
 from training.bidders.tuning import episode_scores
-from training.dayset import DaySet, split_validation
+from training.dayset import DaySet, split_validation, validation_folds
 from training.evaluate import EvaluationError, tuned_baseline
 from training.market.dataset import Market, MarketError
 from training.metrics import is_feasible
@@ -77,10 +77,12 @@ def probe(
     noise: float = 0.0,
     repeats: int = 1,
     seed: int = 0,
+    validation_fold: int = 0,
 ) -> pd.DataFrame:
     """One row per multiplier: ``score``, ``csr`` and ``reward_margin_<margin>`` (means over the episodes of
-    ``controller`` x ``m`` on the training part of ``days``, each day ``repeats`` times)."""
-    learn, _ = split_validation(days)
+    ``controller`` x ``m`` on the training part of ``days``, each day ``repeats`` times): the days a run of
+    ``rcb train --validation-fold validation_fold`` learns from."""
+    learn, _ = split_validation(days, fold=validation_fold)
     factors = np.repeat(np.asarray(multipliers, dtype=np.float64), learn.size)  # multiplier-major
     chosen = np.tile(learn, len(multipliers))
     bidder = ScaledBidder(controller, np.tile(factors, repeats), noise)
@@ -132,12 +134,17 @@ def main(
     noise: Annotated[float, typer.Option(min=0.0, help="Per-slot log-normal noise of the ratio (0: none).")] = 0.0,
     repeats: Annotated[int, typer.Option(min=1, help="Episodes per day when --noise > 0.")] = 4,
     plot: Annotated[Path | None, typer.Option(help="Also draw one panel per market into this PNG.")] = None,
+    validation_fold: Annotated[
+        int, typer.Option(min=0, help="Probe the days a run of rcb train --validation-fold K learns from.")
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="The tables as JSON ({market: records}) on stdout.")] = False,
 ) -> None:
     multipliers = tuple(multiplier or MULTIPLIERS)
     margins = tuple(margin if margin is not None else (0.0, 0.05))
     if min(multipliers) <= 0 or min(margins, default=0.0) < 0:
         raise typer.BadParameter("multipliers must be > 0 and margins >= 0")
+    if validation_fold >= validation_folds():
+        raise typer.BadParameter(f"--validation-fold must be below {validation_folds()} (the folds of the train days)")
     tables: dict[str, pd.DataFrame] = {}
     for path in data:
         try:
@@ -147,7 +154,9 @@ def main(
             pid, _ = tuned_baseline(market, "pid", setting, cast(Callable[[], DaySet], lambda days=days: days))
         except (EvaluationError, MarketError) as exc:
             raise typer.BadParameter(str(exc)) from None
-        tables[str(path)] = probe(days, pid, multipliers, margins, noise, repeats if noise > 0 else 1)
+        tables[str(path)] = probe(
+            days, pid, multipliers, margins, noise, repeats if noise > 0 else 1, validation_fold=validation_fold
+        )
     if plot is not None:
         plot_probes(tables, plot, f"{setting}: PID x m on each market's training days (noise {noise:g})")
     if as_json:
