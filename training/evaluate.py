@@ -345,15 +345,7 @@ def evaluate(
             if progress:
                 progress("episodes")
             continue
-        if group is not None:  # ensemble:LABEL=GLOB
-            bidder, tuned[method] = ensemble_bidder(group[1], setting)
-        elif method in BASELINES:
-            bidder, record = tuned_baseline(market, method, setting, train, progress)
-            tuned[method] = {"train_score": record["train_score"], **record["params"]}
-        elif method.startswith(ONNX_PREFIX):
-            bidder, tuned[method] = model_bidder(method, setting)
-        else:
-            bidder, tuned[method] = run_bidder(Path(method), setting)
+        bidder, tuned[method] = method_bidder(method, market, setting, train, progress)
         row_label = method_label(listed)  # the method as written, or an ensemble's group label
         if shielded:
             bidder = shielded_by(bidder)
@@ -455,6 +447,27 @@ def shield_gains(
         return inner.artifact.controller_gains()
     params = tuned_baseline(market, "pid", setting, train, progress)[0].params()
     return ControllerGains.with_profile(params["traffic_profile"], params)
+
+
+def method_bidder(
+    method: str, market: Market, setting: Setting, train: Callable[[], DaySet], progress: Progress | None = None
+) -> tuple[Bidder, dict[str, Any]]:
+    """The one bidder an unshielded ``method`` names and what an evaluation records of it: a baseline tuned on the
+    train days, ``onnx:MODEL_DIR``, ``ensemble:LABEL=GLOB`` or a training run directory (a reference row or a run
+    group is not one bidder)."""
+    if method.startswith(ENSEMBLE_PREFIX) and (group := run_group(method)) is not None:
+        return ensemble_bidder(group[1], setting)
+    if method in BASELINES:
+        bidder, record = tuned_baseline(market, method, setting, train, progress)
+        return bidder, {"train_score": record["train_score"], **record["params"]}
+    if method.startswith(ONNX_PREFIX):
+        return model_bidder(method, setting)
+    if not is_run_dir(method):
+        raise EvaluationError(
+            f"{method!r}: expected a baseline, {ONNX_PREFIX}MODEL_DIR, {ENSEMBLE_PREFIX}LABEL=GLOB or a training run"
+            " directory"
+        )
+    return run_bidder(Path(method), setting)
 
 
 def run_bidder(run_dir: Path, setting: Setting) -> tuple[Bidder, dict[str, Any]]:

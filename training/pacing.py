@@ -8,8 +8,9 @@ shield that lifts underspending cannot help)::
     python -m training.pacing data/suite/bench data/suite/sparse --setting mc --split train \\
         --method pid --method onnx:models/default --method shield:onnx:models/default --plot pacing.png
 
-``--method`` is a baseline (``pid``, ...), ``onnx:MODEL_DIR`` or ``ensemble:LABEL=GLOB``, each optionally behind
-the shield (``shield:METHOD``, with the controller ``rcb evaluate`` gives it). One seed is played (``--seed``).
+``--method`` is a baseline (``pid``, ...), ``onnx:MODEL_DIR``, ``ensemble:LABEL=GLOB`` or a run directory, each
+optionally behind the shield (``shield:METHOD``, with the controller ``rcb evaluate`` gives it). One seed is played
+(``--seed``).
 Prints, per market and method, where the day ends (``--json``: one JSON object).
 """
 
@@ -24,40 +25,26 @@ import numpy as np
 import typer
 
 from model.contract import Setting
+from model.roi import is_feasible, roi
 from training.bidders.base import Bidder, Outcome, play
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import VALIDATION, DaySet
 from training.evaluate import (
-    BASELINES,
-    ENSEMBLE_PREFIX,
-    ONNX_PREFIX,
     EvaluationError,
     check_validation_fold,
-    ensemble_bidder,
-    model_bidder,
-    run_group,
+    method_bidder,
     shield_gains,
     split_days,
-    tuned_baseline,
     unshielded,
 )
 from training.market.dataset import Market, MarketError
-from training.metrics import is_feasible
 
 
 def make_bidder(method: str, market: Market, setting: Setting, train: Callable[[], DaySet]) -> Bidder:
-    """The bidder ``rcb evaluate`` plays for ``method`` (baselines tuned on the train days, the shield's controller
-    from the card or the market's PID)."""
+    """The bidder ``rcb evaluate`` plays for ``method`` (:func:`training.evaluate.method_bidder`, behind the shield
+    with the controller ``rcb evaluate`` gives it for ``shield:METHOD``)."""
     inner_method, shielded = unshielded(method)
-    bidder: Bidder
-    if inner_method in BASELINES:
-        bidder = tuned_baseline(market, inner_method, setting, train)[0]
-    elif inner_method.startswith(ONNX_PREFIX):
-        bidder = model_bidder(inner_method, setting)[0]
-    elif inner_method.startswith(ENSEMBLE_PREFIX) and (group := run_group(inner_method[len(ENSEMBLE_PREFIX) :])):
-        bidder = ensemble_bidder(group[1], setting)[0]
-    else:
-        raise EvaluationError(f"{method!r}: expected a baseline, onnx:MODEL_DIR or ensemble:LABEL=GLOB")
+    bidder = method_bidder(inner_method, market, setting, train)[0]
     if shielded:
         bidder = ShieldedBidder(bidder, shield_gains(bidder, market, setting, train))
     return bidder
@@ -68,27 +55,29 @@ def trajectories(outcome: Outcome, days: DaySet) -> dict[str, np.ndarray]:
     median cumulative ROI / L (NaN before any spend)."""
     history = outcome.history
     cost = np.cumsum(history.cost, axis=1)
-    delivery = np.cumsum(history.delivery, axis=1)
-    target = days.roi_target[:, None]
-    roi = np.divide(delivery, cost * target, out=np.full(cost.shape, np.nan), where=cost > 0)
+    over_target = roi(np.cumsum(history.delivery, axis=1), cost) / days.roi_target[:, None]
     budget = days.budget[:, None]
     spent = np.where(np.isfinite(budget), cost / np.where(np.isfinite(budget), budget, 1.0), np.nan)
     with np.errstate(all="ignore"):  # an all-NaN slot (no spend yet anywhere) stays NaN
         return {
             "ratio": history.ratios.mean(axis=0),
             "spent_share": np.nanmean(spent, axis=0) if np.isfinite(budget).any() else np.full(cost.shape[1], np.nan),
-            "roi_over_target": np.nanmedian(roi, axis=0),
+            "roi_over_target": np.nanmedian(np.where(cost > 0, over_target, np.nan), axis=0),
         }
 
 
 def day_ends(outcome: Outcome, days: DaySet) -> dict[str, float]:
     """Where the days end: mean spent share of B (NaN without one), median ROI / L, share of feasible days."""
     cost = outcome.cost
-    roi = np.divide(outcome.delivery, cost * days.roi_target, out=np.full(len(days), np.inf), where=cost > 0)
+    over_target = roi(outcome.delivery, cost) / days.roi_target
     budgeted = np.isfinite(days.budget)
     spent = float(np.mean(cost[budgeted] / days.budget[budgeted])) if budgeted.any() else float("nan")
     feasible = is_feasible(outcome.delivery, cost, days.roi_target, days.budget)
-    return {"spent_share": spent, "roi_over_target": float(np.median(roi)), "feasible": float(np.mean(feasible))}
+    return {
+        "spent_share": spent,
+        "roi_over_target": float(np.median(over_target)),
+        "feasible": float(np.mean(feasible)),
+    }
 
 
 def pace(
@@ -142,7 +131,9 @@ def plot_pacing(
 
 def main(
     data: Annotated[list[Path], typer.Argument(help="Market directories (rcb market generate/import).")],
-    method: Annotated[list[str], typer.Option(help="A baseline, onnx:DIR or ensemble:LABEL=GLOB; shield: (repeat).")],
+    method: Annotated[
+        list[str], typer.Option(help="A baseline, onnx:DIR, ensemble:LABEL=GLOB or a run; shield: (repeat).")
+    ],
     setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.MC,
     split: Annotated[str, typer.Option(help="train, validation, test or ood.")] = "train",
     seed: Annotated[int, typer.Option(min=0, help="The seed played.")] = 0,

@@ -35,10 +35,8 @@ from training.evaluate import (
     ONNX_PREFIX,
     EvaluationError,
     check_validation_fold,
-    ensemble_bidder,
     episode_rows,
-    model_bidder,
-    run_group,
+    method_bidder,
     shield_gains,
     split_days,
     summarize,
@@ -77,13 +75,9 @@ def inner_bidder(
     method: str, market: Market, setting: Setting, train: Callable[[], DaySet]
 ) -> tuple[Bidder, ControllerGains]:
     """The bidder to shield and the controller of its shield (as ``rcb evaluate``'s ``shield:`` picks it)."""
-    if method.startswith(ONNX_PREFIX):
-        bidder, _ = model_bidder(method, setting)
-    else:
-        group = run_group(method[len(ENSEMBLE_PREFIX) :]) if method.startswith(ENSEMBLE_PREFIX) else None
-        if group is None:
-            raise EvaluationError(f"{method!r}: expected onnx:MODEL_DIR or ensemble:LABEL=GLOB")
-        bidder, _ = ensemble_bidder(group[1], setting)
+    if not method.startswith((ONNX_PREFIX, ENSEMBLE_PREFIX)):
+        raise EvaluationError(f"{method!r}: expected onnx:MODEL_DIR or ensemble:LABEL=GLOB")
+    bidder, _ = method_bidder(method, market, setting, train)
     return bidder, shield_gains(bidder, market, setting, train)
 
 
