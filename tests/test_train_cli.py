@@ -322,3 +322,61 @@ def test_validation_fold_holds_out_other_days(market: Path, tmp_path: Path):
     bad = runner.invoke(app, [*args, "--out", str(tmp_path / "fold-9"), "--validation-fold", "9"])
     assert bad.exit_code == 2 and "validation_fold must be in 0..4" in bad.output
     assert not (tmp_path / "fold-9" / "run.json").exists()
+
+
+def test_pooled_markets_train_one_run_around_the_home_markets_pid(market: Path, tmp_path: Path):
+    """``--data A --data B``: one run learns from both markets' train days, corrects A's tuned PID (the same
+    controller a run on A alone corrects), and its model selection holds out each market's own fold-0 days."""
+    from model.controller import GAIN_FIELDS
+    from training.agents.sac import play_days, score
+    from training.bidders.pid import PID
+    from training.dayset import DaySet, split_validation
+    from training.market.dataset import Market
+
+    other = tmp_path / "other-market"
+    generate_market(other, config_with(days_id=6, days_ood=0, impressions_per_day=5000, seed=9), workers=1)
+    args = ["train", "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5", "--epochs", "1", "--json"]
+    alone, pooled = tmp_path / "alone", tmp_path / "pooled"
+    result = runner.invoke(app, [*args, "--data", str(market), "--out", str(alone)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, [*args, "--data", str(market), "--data", str(other), "--out", str(pooled)])
+    assert result.exit_code == 0, result.output
+    body = json.loads((pooled / "run.json").read_text())
+    single = json.loads((alone / "run.json").read_text())
+    assert body["market"] == str(market) and body["pooled_markets"] == [str(market), str(other)]
+    assert "pooled_markets" not in single
+    assert body["config"]["controller"] == single["config"]["controller"]
+    assert body["data_fingerprint"].startswith("pooled:") and body["data_fingerprint"] != single["data_fingerprint"]
+    home = DaySet.load(Market.open(market), "train", "sc")
+    away = DaySet.load(Market.open(other), "train", "sc")
+    days = DaySet.pool([home, away])
+    assert days.parts == (len(home), len(away)) and len(days) == len(home) + len(away)
+    learn, held = split_validation(days)
+    assert list(held) == [*split_validation(home)[1], *(split_validation(away)[1] + len(home))]
+    assert not set(learn) & set(held) and len(learn) + len(held) == len(days)
+    controller = body["config"]["controller"]
+    pid = PID(np.asarray(controller["traffic_profile"]), **{k: controller[k] for k in GAIN_FIELDS})
+    outcome, _ = play_days(pid, days, held, 1, seed=0)
+    assert body["controller_validation_score"] == pytest.approx(score(outcome, days, held), abs=1e-9)
+    # A pooled run is an evaluate method on either market; naming a market twice is a clear error.
+    evaluated = runner.invoke(
+        app,
+        [
+            "evaluate",
+            str(other),
+            "--split",
+            "test",
+            "--methods",
+            f"{pooled},pid",
+            "--seeds",
+            "1",
+            "--setting",
+            "sc",
+            "--out",
+            str(tmp_path / "eval"),
+            "--json",
+        ],
+    )
+    assert evaluated.exit_code == 0, evaluated.output
+    twice = runner.invoke(app, [*args, "--data", str(market), "--data", str(market), "--out", str(tmp_path / "x")])
+    assert twice.exit_code == 2 and "same market twice" in twice.output

@@ -43,6 +43,13 @@ def split_validation(
     different folds (``rcb train --validation-fold``) each hold out other days: together they learn from all
     train days and their model selection reads all of them, at the price of no shared held-out days.
     """
+    if isinstance(train, DaySet) and len(train.parts) > 1:  # pooled markets: each market's own folds
+        pieces, start = [], 0
+        for size in train.parts:
+            fit, held = split_validation(size, fraction, fold)
+            pieces.append((fit + start, held + start))
+            start += size
+        return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
     n = train if isinstance(train, int) else len(train)
     if n < 2 or fraction <= 0:
         return np.arange(n), np.arange(n)
@@ -71,6 +78,8 @@ class DaySet:
     oracle_delivery: np.ndarray
     roi_target: np.ndarray
     budget: np.ndarray
+    parts: tuple[int, ...] = ()
+    """Pooled sets (:meth:`pool`): how many days each market contributes, in order (empty: one market)."""
     _indexes: dict[int, list[DayIndex]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -103,6 +112,29 @@ class DaySet:
             oracle_delivery=np.array([r.delivery for r in oracle]),
             roi_target=constraints[:, 0],
             budget=constraints[:, 1],
+        )
+
+    @classmethod
+    def pool(cls, sets: list[DaySet]) -> DaySet:
+        """The days of several markets' sets (one split and setting) as one, in order; :attr:`market` is the first
+        set's. :func:`split_validation` holds out each market's own fold, so a pooled run's model selection reads
+        the days ``rcb evaluate --split validation`` reads on each market, and trains on none of them."""
+        if not sets:
+            raise ValueError("pooling needs at least one day set")
+        if len({(s.split, s.setting) for s in sets}) != 1:
+            raise ValueError("pooled day sets must share the split and the setting")
+        if len(sets) == 1:
+            return sets[0]
+        return cls(
+            market=sets[0].market,
+            split=sets[0].split,
+            setting=sets[0].setting,
+            entries=[e for s in sets for e in s.entries],
+            logs=[log for s in sets for log in s.logs],
+            oracle_delivery=np.concatenate([s.oracle_delivery for s in sets]),
+            roi_target=np.concatenate([s.roi_target for s in sets]),
+            budget=np.concatenate([s.budget for s in sets]),
+            parts=tuple(len(s) for s in sets),
         )
 
     @property

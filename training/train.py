@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
@@ -58,16 +59,23 @@ def _write_json(body: dict[str, Any], path: Path) -> None:
 
 
 def run_training(
-    data: Path,
+    data: Path | list[Path],
     setting: Setting,
     config: SACConfig,
     out: Path,
     resume: bool = False,
     on_epoch: Callable[[EpochLog], None] | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume) a run into ``out``; return the final ``run.json`` body."""
-    market = Market.open(data)
-    fingerprint = market.split_fingerprint("train")  # what the policy is fitted to
+    """Train (or resume) a run into ``out``; return the final ``run.json`` body.
+
+    ``data``: one market, or several whose train days are pooled (:meth:`DaySet.pool`). The first is the run's
+    home market: a residual run corrects the PID tuned on its train days, and ``run.json``'s ``market`` names it."""
+    paths = [data] if isinstance(data, Path) else list(data)
+    if not paths:
+        raise RunError("training needs at least one market")
+    markets = [Market.open(path) for path in paths]
+    market = markets[0]
+    fingerprint = pooled_fingerprint([m.split_fingerprint("train") for m in markets])  # what the policy is fitted to
     run_file = out / RUN_FILE
     history: list[dict[str, Any]] = []
     start_epoch = 0
@@ -96,15 +104,17 @@ def run_training(
     config.resolve(setting)
     out.mkdir(parents=True, exist_ok=True)
     days = DaySet.load(market, "train", setting)
-    if config.residual and config.controller is None:
+    if config.residual and config.controller is None:  # the home market's PID, tuned on its train days alone
         config.controller = reference_controller(market, setting, days)
+    days = DaySet.pool([days, *(DaySet.load(other, "train", setting) for other in markets[1:])])
     # start_at_controller: the untrained policy (the controller) is the first candidate of model selection
     controller_score = previous.get("controller_validation_score") if state is not None else None
     scores = [h["validation_score"] for h in history] + ([controller_score] if controller_score is not None else [])
     best = max(scores, default=float("-inf"))
     body: dict[str, Any] = {
         "format": "rcb-run/1",
-        "market": str(data),
+        "market": str(paths[0]),
+        **({"pooled_markets": [str(path) for path in paths]} if len(paths) > 1 else {}),
         "setting": str(setting),
         "config": config.to_dict(),
         "data_fingerprint": fingerprint,
@@ -149,6 +159,13 @@ def run_training(
     body["best_validation_score"] = best
     _write_json(body, run_file)
     return body
+
+
+def pooled_fingerprint(fingerprints: list[str]) -> str:
+    """One market's train-split fingerprint as it is; several pooled markets' folded into one, in order."""
+    if len(fingerprints) == 1:
+        return fingerprints[0]
+    return "pooled:" + hashlib.sha256("\n".join(fingerprints).encode()).hexdigest()
 
 
 def reference_controller(market: Market, setting: Setting, days: DaySet | None = None) -> dict[str, Any]:

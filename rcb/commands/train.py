@@ -79,7 +79,15 @@ def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> di
 
 
 def train_command(
-    data: Annotated[Path, typer.Option("--data", help="Market directory (trains on its train split only).")],
+    data: Annotated[
+        list[Path],
+        typer.Option(
+            "--data",
+            help="Market directory (trains on its train split only). Repeat it to pool several markets' train days:"
+            " the first is the home market, whose tuned PID a residual run corrects; model selection holds out"
+            " each market's own validation days.",
+        ),
+    ],
     setting: Annotated[Setting, typer.Option("--setting", help="sc (L=1, no budget) or mc (per-day L, B).")],
     out: Annotated[Path, typer.Option("--out", help="Run directory to write.")],
     algo: Annotated[
@@ -215,7 +223,10 @@ def train_command(
         try:
             check_output_dir(out)
             resumed = _check_resumable(out, setting, algo, resume)
-            Market.open(data)  # a missing or malformed market is reported before the bar is drawn
+            for market in data:  # a missing or malformed market is reported before the bar is drawn
+                Market.open(market)
+            if len(set(map(str, data))) != len(data):
+                raise ValueError("--data names the same market twice")
             # SACConfig's keywords, None where not given; a resumed run's come from its run.json (untyped JSON).
             overrides: dict[str, Any] = {
                 "epochs": epochs,
