@@ -142,8 +142,14 @@ class TrainingInfo(BaseModel):
     run: str
     """The training run directory exported."""
     market: str
+    """The market trained on; with :attr:`pooled_markets`, the home market (whose tuned PID a residual policy
+    corrects)."""
+    pooled_markets: list[str] = Field(default_factory=list)
+    """``rcb train --data A --data B ...``: every market whose train days the run learned from, home first; empty:
+    :attr:`market` alone."""
     data_fingerprint: str = Field(min_length=1)
-    """sha256 over the train split's day files and constraints (``Market.split_fingerprint("train")``)."""
+    """sha256 over the train split's day files and constraints (``Market.split_fingerprint("train")``; pooled
+    markets: over their fingerprints in order, ``pooled:`` first)."""
     epoch: int | None = None
     """The epoch whose actor was exported (the best on validation days; -1: the untrained policy of a
     ``--start-at-controller`` run, which bids its controller)."""

@@ -378,5 +378,12 @@ def test_pooled_markets_train_one_run_around_the_home_markets_pid(market: Path, 
         ],
     )
     assert evaluated.exit_code == 0, evaluated.output
+    exported = runner.invoke(app, ["export", "--run", str(pooled), "--out", str(tmp_path / "model"), "--json"])
+    assert exported.exit_code == 0, exported.output
+    from model.artifact import read_card
+
+    card = read_card(tmp_path / "model")
+    assert card.training.market == str(market) and card.training.pooled_markets == [str(market), str(other)]
+    assert card.training.data_fingerprint == body["data_fingerprint"]
     twice = runner.invoke(app, [*args, "--data", str(market), "--data", str(market), "--out", str(tmp_path / "x")])
     assert twice.exit_code == 2 and "same market twice" in twice.output

@@ -384,6 +384,7 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
         training=TrainingInfo(
             run=str(run),
             market=str(body.get("market", "")),
+            pooled_markets=[str(m) for m in body.get("pooled_markets", [])],
             data_fingerprint=body["data_fingerprint"],
             epoch=None if epoch is None else int(epoch),
             epochs=len(history),
