@@ -41,7 +41,7 @@ def test_the_cli_prints_plots_and_refuses_an_unknown_method(exported, tmp_path):
     plot = tmp_path / "pacing.png"
     table = CliRunner().invoke(app, [*args, "--plot", str(plot)])
     assert table.exit_code == 0, table.output
-    assert "| pid |" in table.output and plot.stat().st_size > 0
+    assert "| pid | n/a (no budget) |" in table.output and plot.stat().st_size > 0  # SC: no spent share
     ends = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
     assert set(ends[str(exported.market)]["pid"]) == {"spent_share", "roi_over_target", "feasible"}
     assert ends[str(exported.market)]["pid"]["spent_share"] is None  # SC: no budget, null rather than NaN

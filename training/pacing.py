@@ -163,7 +163,8 @@ def main(
         typer.echo("| method | spent share of B | median ROI / L | feasible |")
         typer.echo("|:---|---:|---:|---:|")
         for name, end in rows.items():
-            typer.echo(f"| {name} | {end['spent_share']:.3f} | {end['roi_over_target']:.3f} | {end['feasible']:.2f} |")
+            spent = "n/a (no budget)" if np.isnan(end["spent_share"]) else f"{end['spent_share']:.3f}"
+            typer.echo(f"| {name} | {spent} | {end['roi_over_target']:.3f} | {end['feasible']:.2f} |")
         typer.echo("")
     if plot is not None:
         typer.echo(f"wrote {plot}")
