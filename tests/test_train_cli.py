@@ -387,3 +387,27 @@ def test_pooled_markets_train_one_run_around_the_home_markets_pid(market: Path, 
     assert card.training.data_fingerprint == body["data_fingerprint"]
     twice = runner.invoke(app, [*args, "--data", str(market), "--data", str(market), "--out", str(tmp_path / "x")])
     assert twice.exit_code == 2 and "same market twice" in twice.output
+
+
+def test_pooled_run_selected_on_the_home_markets_days_alone(market: Path, tmp_path: Path):
+    """``--selection-days home``: a pooled run's model selection reads the home market's fold alone, the days a
+    run on that market alone reads, so both score their shared controller identically there; a bad choice is a
+    clear error, and a run cannot be resumed under the other choice."""
+    other = tmp_path / "other-market"
+    generate_market(other, config_with(days_id=6, days_ood=0, impressions_per_day=5000, seed=9), workers=1)
+    args = ["train", "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5", "--epochs", "1", "--json"]
+    alone, home, everywhere = tmp_path / "alone", tmp_path / "home", tmp_path / "all"
+    pooled = ["--data", str(market), "--data", str(other)]
+    assert runner.invoke(app, [*args, "--data", str(market), "--out", str(alone)]).exit_code == 0
+    result = runner.invoke(app, [*args, *pooled, "--selection-days", "home", "--out", str(home)])
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(app, [*args, *pooled, "--out", str(everywhere)]).exit_code == 0
+    single, by_home, by_all = (json.loads((d / "run.json").read_text()) for d in (alone, home, everywhere))
+    assert by_home["config"]["selection_days"] == "home" and by_all["config"]["selection_days"] == "all"
+    assert by_home["controller_validation_score"] == pytest.approx(single["controller_validation_score"], abs=1e-12)
+    assert by_all["controller_validation_score"] != pytest.approx(single["controller_validation_score"], abs=1e-6)
+    bad = runner.invoke(app, [*args, *pooled, "--selection-days", "away", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "selection_days must be one of all, home" in bad.output
+    assert not (tmp_path / "bad").exists()
+    resumed = runner.invoke(app, [*args, *pooled, "--resume", "--selection-days", "all", "--out", str(home)])
+    assert resumed.exit_code == 2 and "--selection-days home" in resumed.output

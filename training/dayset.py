@@ -60,6 +60,14 @@ def split_validation(
     return np.setdiff1d(np.arange(n), validation), validation
 
 
+def home_market_days(days: DaySet | int, indices: np.ndarray) -> np.ndarray:
+    """The ``indices`` that fall on the home market's days (the first of :meth:`DaySet.pool`'s markets); all of
+    them for one market."""
+    if isinstance(days, DaySet) and len(days.parts) > 1:
+        return indices[indices < days.parts[0]]
+    return indices
+
+
 def traffic_profile(logs: list[DayLog]) -> np.ndarray:
     """Mean share of a day's impressions (auctions) in each of the 48 slots over ``logs``."""
     shares = [np.diff(log.slot_offsets) / max(log.n_impressions, 1) for log in logs]

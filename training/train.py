@@ -94,6 +94,9 @@ def run_training(
         fold = int(previous["config"].get("validation_fold", 0))
         if fold != config.validation_fold:  # its earlier epochs were selected on that fold's days
             raise RunError(f"{out} holds out validation fold {fold}; resume it with --validation-fold {fold}")
+        selected_on = str(previous["config"].get("selection_days", "all"))
+        if selected_on != config.selection_days:
+            raise RunError(f"{out} selects on {selected_on!r} days; resume it with --selection-days {selected_on}")
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
         start_epoch = len(history)

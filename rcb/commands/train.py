@@ -51,6 +51,7 @@ RESUMED_CHOICES: dict[str, Any] = {
     "n_step": _default("n_step"),
     "correction_penalty": _default("correction_penalty"),
     "validation_fold": 0,
+    "selection_days": "all",
 }
 """The options a resumed run keeps from its run.json when they are not given, with the value a run recorded
 before the option existed had (the behaviour of that time)."""
@@ -209,6 +210,16 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    selection_days: Annotated[
+        str | None,
+        typer.Option(
+            "--selection-days",
+            help="With several --data: the validation days model selection reads, 'all' (each market's own fold)"
+            " or 'home' (the first market's fold alone: the days a run on that market alone is selected on, so"
+            " the two compare on equal terms there; the other markets' folds are then left unused). Default all.",
+            show_default=False,
+        ),
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
@@ -242,6 +253,7 @@ def train_command(
                 "relaxed_stages": relaxed_stages,
                 "start_at_controller": start_at_controller,
                 "validation_fold": validation_fold,
+                "selection_days": selection_days,
             }
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key, before_the_option in RESUMED_CHOICES.items():

@@ -54,7 +54,7 @@ from training.curriculum import (
     USCBStage,
     stage_at,
 )
-from training.dayset import VALIDATION_FRACTION, DaySet, split_validation, validation_folds
+from training.dayset import VALIDATION_FRACTION, DaySet, home_market_days, split_validation, validation_folds
 from training.domain_randomization import draw_regimes
 from training.rewards import DualAscent, constraint_gap
 
@@ -77,6 +77,9 @@ START_AT_CONTROLLER: dict[str, bool] = {"mc": False, "sc": True}
 """The default of :attr:`SACConfig.start_at_controller` for a residual run, per setting. SC: on since session 13
 (with the SC margin of 0, on every market of the suite). MC: off; there six validation days ranked `shifted`'s
 PID above its trained epochs and were wrong by 0.06 ANS on test (RESULTS.md, session 13)."""
+
+SELECTION_DAYS = ("all", "home")
+"""The choices of :attr:`SACConfig.selection_days`."""
 
 
 def transition_dim(residual: bool) -> int:
@@ -188,6 +191,12 @@ class SACConfig:
     """Which of the ``1 / validation_fraction`` disjoint folds of the train days is held out (0: every fifth day
     from the first, the days ``rcb evaluate --split validation`` reads). Runs of an ensemble trained on different
     folds learn from, and are selected on, different days (:func:`training.dayset.split_validation`)."""
+    selection_days: str = "all"
+    """Pooled runs (``rcb train --data A --data B ...``): the validation days model selection reads. ``"all"``:
+    each market's own fold (every market's ``--split validation`` row is then held out). ``"home"``: the home
+    market's fold alone, the six days a run on that market alone is selected on, so the two compare on equal
+    terms there (each picked its epoch on those days); the other markets' folds are then neither trained nor
+    selected on. One market: the same days either way."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -209,6 +218,8 @@ class SACConfig:
                 f"validation_fold must be in 0..{validation_folds(self.validation_fraction) - 1}"
                 f" (validation_fraction {self.validation_fraction})"
             )
+        if self.selection_days not in SELECTION_DAYS:
+            raise ValueError(f"selection_days must be one of {', '.join(SELECTION_DAYS)}, not {self.selection_days!r}")
         if not self.curriculum:
             stages = CURRICULA[self.algo]
             if self.algo == "uscb":  # CURRICULA's uscb and rcpo entries are one stage of their own kind
@@ -639,6 +650,8 @@ def train(
         agent.load_state(state)
     buffer = EpisodeBuffer(config.buffer_episodes, agent.controller)
     train_days, validation_days = split_validation(days, config.validation_fraction, config.validation_fold)
+    if config.selection_days == "home":
+        validation_days = home_market_days(days, validation_days)
     multiplier = float(state["multiplier"]) if state and "multiplier" in state else config.rcpo_multiplier
     dual = DualAscent(multiplier=multiplier, learning_rate=config.rcpo_learning_rate)
     auto = RegretCurriculum.of(config.curriculum) if config.auto_curriculum else None
