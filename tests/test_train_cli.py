@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -387,6 +388,13 @@ def test_pooled_markets_train_one_run_around_the_home_markets_pid(market: Path, 
     assert card.training.data_fingerprint == body["data_fingerprint"]
     twice = runner.invoke(app, [*args, "--data", str(market), "--data", str(market), "--out", str(tmp_path / "x")])
     assert twice.exit_code == 2 and "same market twice" in twice.output
+    again = runner.invoke(app, [*args, "--data", str(market), "--data", f"{market}/.", "--out", str(tmp_path / "x")])
+    assert again.exit_code == 2 and "same market twice" in again.output
+    shutil.copytree(market, tmp_path / "copy")
+    copied = runner.invoke(
+        app, [*args, "--data", str(market), "--data", str(tmp_path / "copy"), "--out", str(tmp_path / "x")]
+    )
+    assert copied.exit_code == 2 and "hold the same train days" in copied.output
 
 
 def test_pooled_run_selected_on_the_home_markets_days_alone(market: Path, tmp_path: Path):

@@ -75,7 +75,12 @@ def run_training(
         raise RunError("training needs at least one market")
     markets = [Market.open(path) for path in paths]
     market = markets[0]
-    fingerprint = pooled_fingerprint([m.split_fingerprint("train") for m in markets])  # what the policy is fitted to
+    fingerprints = [m.split_fingerprint("train") for m in markets]
+    for i, first in enumerate(fingerprints):  # a copy of a market under another path is the same days twice
+        if first in fingerprints[i + 1 :]:
+            twin = paths[i + 1 + fingerprints[i + 1 :].index(first)]
+            raise RunError(f"{paths[i]} and {twin} hold the same train days: name each market once")
+    fingerprint = pooled_fingerprint(fingerprints)  # what the policy is fitted to
     run_file = out / RUN_FILE
     history: list[dict[str, Any]] = []
     start_epoch = 0

@@ -236,7 +236,7 @@ def train_command(
             resumed = _check_resumable(out, setting, algo, resume)
             for market in data:  # a missing or malformed market is reported before the bar is drawn
                 Market.open(market)
-            if len(set(map(str, data))) != len(data):
+            if len({path.resolve() for path in data}) != len(data):
                 raise ValueError("--data names the same market twice")
             # SACConfig's keywords, None where not given; a resumed run's come from its run.json (untyped JSON).
             overrides: dict[str, Any] = {
