@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from training.selection import SELECTION_MARGIN, choose, main, select
+from training.selection import SELECTION_MARGIN, choose, choose_training_days, main, select
 from training.suite_report import selected_gap, selected_rows, selection_of, split_episodes, table
 
 
@@ -100,3 +100,23 @@ def test_suite_report_plays_the_selection_on_test(tmp_path: Path):
     text = table(tmp_path)
     assert "0.500 (1.00) s1 | 0.550 (1.00) | -0.050 [-0.050, -0.050]; CSR +0.00 [+0.00, +0.00] |" in text
     assert "missed: ANS by 0.130" in text and "missed: ANS by 0.080" in text
+
+
+def test_pooled_runs_are_served_only_when_their_ensemble_scores_higher_on_the_home_days(tmp_path: Path, capsys):
+    assert choose_training_days(0.80, 0.81) == "pooled"
+    assert choose_training_days(0.80, 0.80) == "one-market"  # a tie: the cheaper runs
+    assert (
+        choose_training_days(0.80, float("nan")) == "one-market" and choose_training_days(float("nan"), 0.5) == "pooled"
+    )
+    out = tmp_path / "validation"
+    out.mkdir()
+    frames = [episodes("shield:ensemble:sc", k, [0.70, 0.74]) for k in range(3)]
+    frames += [episodes("shield:ensemble:pooled", k, [0.72, 0.70 + 0.01 * k]) for k in range(3)]  # median 0.715
+    pd.concat(frames, ignore_index=True).to_csv(out / "episodes.csv", index=False)
+    args = [str(out), "--ensemble", "shield:ensemble:sc", "--pooled", "shield:ensemble:pooled", "--json"]
+    assert main(args) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["choice"] == "one-market"
+    assert got["one_market_validation"] == pytest.approx(0.72) and got["pooled_validation"] == pytest.approx(0.715)
+    assert main([str(out), "--ensemble", "shield:ensemble:sc", "--pooled", "ensemble:nothing"]) == 2
+    assert "no episodes of 'ensemble:nothing'" in capsys.readouterr().err

@@ -11,6 +11,14 @@ its ensemble on validation by 0.005 and then lost to it by 0.04 on test and 0.07
 ``python -m training.selection VALIDATION_DIR [--method cbrl] [--ensemble ensemble:cbrl]`` prints the choice
 for an ``rcb evaluate --split validation`` output that played the runs (``METHOD=RUNS``: run k with seed k)
 and their ensemble; ``scripts/build_default_model.sh`` and :mod:`training.suite_report` apply the same rule.
+
+**One market's train days or several** (``rcb train --data HOME --data B ...``, session 19), fixed before the
+held-out days of the runs it was first applied to were read: train both on the home market with the default
+config, the pooled runs with ``--selection-days home`` (so both pick their epochs on the same six home days and
+their scores there carry the same selection bias), and serve the pooled runs' ensemble **only when, behind the
+shield (as served), it scores a higher validation ANS on the home market than the one-market ensemble**; ties go
+to the one-market runs (a third of the training time). :func:`choose_training_days`;
+``python -m training.selection VALIDATION_DIR --ensemble shield:ensemble:sc --pooled shield:ensemble:pooled``.
 """
 
 from __future__ import annotations
@@ -58,6 +66,23 @@ def choose(single_validation: float, ensemble_validation: float, margin: float =
     return "single" if single_validation > ensemble_validation + margin else "ensemble"
 
 
+def choose_training_days(one_market_validation: float, pooled_validation: float) -> str:
+    """``"pooled"`` when the pooled runs' ensemble scores a strictly higher validation ANS on the home market than
+    the one-market runs' ensemble (both selected on those days), else ``"one-market"``; a missing score loses."""
+    if pd.isna(pooled_validation):
+        return "one-market"
+    if pd.isna(one_market_validation):
+        return "pooled"
+    return "pooled" if pooled_validation > one_market_validation else "one-market"
+
+
+def ensemble_validation(episodes: pd.DataFrame, label: str) -> float:
+    """An ensemble's validation ANS: the median over its seeds (``nan`` if ``label`` did not play)."""
+    table = per_seed_metrics(episodes)
+    scores = table.loc[table["method"] == label, "ans"]
+    return float(scores.median()) if len(scores) else float("nan")
+
+
 def select(
     episodes: pd.DataFrame, method: str = "cbrl", ensemble: str = "ensemble:cbrl", margin: float = SELECTION_MARGIN
 ) -> Selection:
@@ -68,8 +93,7 @@ def select(
     if runs.empty:
         raise ValueError(f"no episodes of {method!r} to select from (methods: {sorted(table['method'].unique())})")
     best = runs.loc[runs["ans"].idxmax()]
-    merged = table.loc[table["method"] == ensemble, "ans"]
-    ensemble_score = float(merged.median()) if len(merged) else float("nan")
+    ensemble_score = ensemble_validation(episodes, ensemble)
     choice = choose(float(best["ans"]), ensemble_score, margin)
     return Selection(choice, int(best["seed"]), float(best["ans"]), ensemble_score)
 
@@ -79,14 +103,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("validation_dir", type=Path, help="an `rcb evaluate --split validation` output directory")
     parser.add_argument("--method", default="cbrl", help="the runs' label in episodes.csv (default cbrl)")
     parser.add_argument("--ensemble", default="ensemble:cbrl", help="the ensemble's label (default ensemble:cbrl)")
+    parser.add_argument(
+        "--pooled",
+        metavar="LABEL",
+        help="instead: choose between the --ensemble (one market's runs) and this pooled runs' ensemble",
+    )
     parser.add_argument("--json", action="store_true", help="print the selection as JSON (its description on stderr)")
     args = parser.parse_args(argv)
     path = args.validation_dir / "episodes.csv"
     if not path.is_file():
         print(f"{path}: no such file (run rcb evaluate --split validation first)", file=sys.stderr)
         return 2
+    episodes = pd.read_csv(path)
+    if args.pooled is not None:
+        return _print_training_days(episodes, args.ensemble, args.pooled, args.json)
     try:
-        selection = select(pd.read_csv(path), args.method, args.ensemble)
+        selection = select(episodes, args.method, args.ensemble)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -95,6 +127,26 @@ def main(argv: list[str]) -> int:
         print(json.dumps(asdict(selection)))
     else:
         print(selection.describe())
+    return 0
+
+
+def _print_training_days(episodes: pd.DataFrame, one_market: str, pooled: str, as_json: bool) -> int:
+    scores = {label: ensemble_validation(episodes, label) for label in (one_market, pooled)}
+    missing = [label for label, value in scores.items() if pd.isna(value)]
+    if missing:
+        print(f"error: no episodes of {', '.join(map(repr, missing))} in the validation output", file=sys.stderr)
+        return 2
+    choice = choose_training_days(scores[one_market], scores[pooled])
+    text = f"{choice} (validation ANS: {one_market} {scores[one_market]:.3f}, {pooled} {scores[pooled]:.3f})"
+    if as_json:
+        print(text, file=sys.stderr)
+        print(
+            json.dumps(
+                {"choice": choice, "one_market_validation": scores[one_market], "pooled_validation": scores[pooled]}
+            )
+        )
+    else:
+        print(text)
     return 0
 
 
