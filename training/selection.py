@@ -17,7 +17,7 @@ held-out days of the runs it was first applied to were read: train both on the h
 config, the pooled runs with ``--selection-days home`` (so both pick their epochs on the same six home days and
 their scores there carry the same selection bias), and serve the pooled runs' ensemble **only when, behind the
 shield (as served), it scores a higher validation ANS on the home market than the one-market ensemble**; ties go
-to the one-market runs (a third of the training time). :func:`choose_training_days`;
+to the one-market runs (the cheaper ones: a quarter of the days in memory). :func:`choose_training_days`;
 ``python -m training.selection VALIDATION_DIR --ensemble shield:ensemble:sc --pooled shield:ensemble:pooled``.
 """
 
