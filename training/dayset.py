@@ -60,10 +60,10 @@ def split_validation(
     return np.setdiff1d(np.arange(n), validation), validation
 
 
-def home_market_days(days: DaySet | int, indices: np.ndarray) -> np.ndarray:
+def home_market_days(days: DaySet, indices: np.ndarray) -> np.ndarray:
     """The ``indices`` that fall on the home market's days (the first of :meth:`DaySet.pool`'s markets); all of
     them for one market."""
-    if isinstance(days, DaySet) and len(days.parts) > 1:
+    if len(days.parts) > 1:
         return indices[indices < days.parts[0]]
     return indices
 

@@ -76,9 +76,9 @@ def choose_training_days(one_market_validation: float, pooled_validation: float)
     return "pooled" if pooled_validation > one_market_validation else "one-market"
 
 
-def ensemble_validation(episodes: pd.DataFrame, label: str) -> float:
-    """An ensemble's validation ANS: the median over its seeds (``nan`` if ``label`` did not play)."""
-    table = per_seed_metrics(episodes)
+def median_validation_ans(table: pd.DataFrame, label: str) -> float:
+    """An ensemble's validation ANS from the episodes' :func:`per_seed_metrics` ``table``: the median over its
+    seeds (``nan`` if ``label`` did not play)."""
     scores = table.loc[table["method"] == label, "ans"]
     return float(scores.median()) if len(scores) else float("nan")
 
@@ -93,7 +93,7 @@ def select(
     if runs.empty:
         raise ValueError(f"no episodes of {method!r} to select from (methods: {sorted(table['method'].unique())})")
     best = runs.loc[runs["ans"].idxmax()]
-    ensemble_score = ensemble_validation(episodes, ensemble)
+    ensemble_score = median_validation_ans(table, ensemble)
     choice = choose(float(best["ans"]), ensemble_score, margin)
     return Selection(choice, int(best["seed"]), float(best["ans"]), ensemble_score)
 
@@ -131,7 +131,8 @@ def main(argv: list[str]) -> int:
 
 
 def _print_training_days(episodes: pd.DataFrame, one_market: str, pooled: str, as_json: bool) -> int:
-    scores = {label: ensemble_validation(episodes, label) for label in (one_market, pooled)}
+    table = per_seed_metrics(episodes)
+    scores = {label: median_validation_ans(table, label) for label in (one_market, pooled)}
     missing = [label for label, value in scores.items() if pd.isna(value)]
     if missing:
         print(f"error: no episodes of {', '.join(map(repr, missing))} in the validation output", file=sys.stderr)

@@ -76,10 +76,11 @@ def run_training(
     markets = [Market.open(path) for path in paths]
     market = markets[0]
     fingerprints = [m.split_fingerprint("train") for m in markets]
-    for i, first in enumerate(fingerprints):  # a copy of a market under another path is the same days twice
-        if first in fingerprints[i + 1 :]:
-            twin = paths[i + 1 + fingerprints[i + 1 :].index(first)]
-            raise RunError(f"{paths[i]} and {twin} hold the same train days: name each market once")
+    seen: dict[str, Path] = {}
+    for path, train_days in zip(paths, fingerprints, strict=True):  # a copy elsewhere is the same days twice
+        if train_days in seen:
+            raise RunError(f"{seen[train_days]} and {path} hold the same train days: name each market once")
+        seen[train_days] = path
     fingerprint = pooled_fingerprint(fingerprints)  # what the policy is fitted to
     run_file = out / RUN_FILE
     history: list[dict[str, Any]] = []
