@@ -419,3 +419,30 @@ def test_pooled_run_selected_on_the_home_markets_days_alone(market: Path, tmp_pa
     assert not (tmp_path / "bad").exists()
     resumed = runner.invoke(app, [*args, *pooled, "--resume", "--selection-days", "all", "--out", str(home)])
     assert resumed.exit_code == 2 and "--selection-days home" in resumed.output
+
+
+def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path, tmp_path: Path):
+    """``--selection-seeds K``: each epoch's validation score is the mean of the policy played with seeds 0..K-1;
+    seed 0's is the score a one-stream run records (selection plays no part in training), the choice is
+    recorded, and a resume must keep it."""
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    args += ["--epochs", "2", "--json"]
+    one, three = tmp_path / "one", tmp_path / "three"
+    assert runner.invoke(app, [*args, "--out", str(one)]).exit_code == 0
+    result = runner.invoke(app, [*args, "--selection-seeds", "3", "--out", str(three)])
+    assert result.exit_code == 0, result.output
+    by_one, by_three = (json.loads((d / "run.json").read_text()) for d in (one, three))
+    assert by_one["config"]["selection_seeds"] == 1 and by_three["config"]["selection_seeds"] == 3
+    for single, several in zip(by_one["history"], by_three["history"], strict=True):
+        assert len(single["validation_scores"]) == 1 and len(several["validation_scores"]) == 3
+        assert several["validation_score"] == pytest.approx(np.mean(several["validation_scores"]), abs=1e-12)
+        assert several["validation_scores"][0] == pytest.approx(single["validation_score"], abs=1e-12)
+        assert several["train_score"] == pytest.approx(single["train_score"], abs=1e-12)
+    best = max([h["validation_score"] for h in by_three["history"]] + [by_three["controller_validation_score"]])
+    assert by_three["best_validation_score"] == best
+    resumed = runner.invoke(app, [*args, "--resume", "--out", str(three)])
+    assert resumed.exit_code == 0, resumed.output  # the recorded choice is kept when not given
+    refused = runner.invoke(app, [*args, "--resume", "--selection-seeds", "2", "--out", str(three)])
+    assert refused.exit_code == 2 and "--selection-seeds 3" in refused.output
+    zero = runner.invoke(app, [*args, "--selection-seeds", "0", "--out", str(tmp_path / "zero")])
+    assert zero.exit_code == 2 and not (tmp_path / "zero").exists()

@@ -43,6 +43,13 @@ from training.market.dataset import Market
 
 RUN_FILE = "run.json"
 ALGOS = tuple(CURRICULA)
+KEPT_ON_RESUME: dict[str, tuple[str, Any, str]] = {
+    "validation_fold": ("--validation-fold", 0, "holds out validation fold {}"),
+    "selection_days": ("--selection-days", "all", "selects on {!r} days"),
+    "selection_seeds": ("--selection-seeds", 1, "selects on {} noise stream(s)"),
+}
+"""Model selection's choices a resumed run must keep (its earlier epochs were scored with them): the CLI option,
+the value a run recorded before the option existed, and how the refusal names the run's choice."""
 """Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
 
 
@@ -97,12 +104,10 @@ def run_training(
         if bool(previous["config"].get("residual", False)) != config.residual:
             kind = "a residual" if config.residual else "a non-residual"
             raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
-        fold = int(previous["config"].get("validation_fold", 0))
-        if fold != config.validation_fold:  # its earlier epochs were selected on that fold's days
-            raise RunError(f"{out} holds out validation fold {fold}; resume it with --validation-fold {fold}")
-        selected_on = str(previous["config"].get("selection_days", "all"))
-        if selected_on != config.selection_days:
-            raise RunError(f"{out} selects on {selected_on!r} days; resume it with --selection-days {selected_on}")
+        for key, (option, before_the_option, what) in KEPT_ON_RESUME.items():
+            kept = type(before_the_option)(previous["config"].get(key, before_the_option))
+            if kept != getattr(config, key):
+                raise RunError(f"{out} {what.format(kept)}; resume it with {option} {kept}")
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
         start_epoch = len(history)

@@ -52,6 +52,7 @@ RESUMED_CHOICES: dict[str, Any] = {
     "correction_penalty": _default("correction_penalty"),
     "validation_fold": 0,
     "selection_days": "all",
+    "selection_seeds": 1,
 }
 """The options a resumed run keeps from its run.json when they are not given, with the value a run recorded
 before the option existed had (the behaviour of that time)."""
@@ -220,6 +221,16 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    selection_seeds: Annotated[
+        int | None,
+        typer.Option(
+            "--selection-seeds",
+            min=1,
+            help="How many noise streams (play seeds 0..K-1, the posterior samples of `rcb evaluate --seeds K`)"
+            " model selection plays each validation day with; an epoch scores their mean. Default 1 (seed 0).",
+            show_default=False,
+        ),
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
@@ -254,6 +265,7 @@ def train_command(
                 "start_at_controller": start_at_controller,
                 "validation_fold": validation_fold,
                 "selection_days": selection_days,
+                "selection_seeds": selection_seeds,
             }
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key, before_the_option in RESUMED_CHOICES.items():

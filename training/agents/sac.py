@@ -197,6 +197,12 @@ class SACConfig:
     market's fold alone, the six days a run on that market alone is selected on, so the two compare on equal
     terms there (each picked its epoch on those days); the other markets' folds are then neither trained nor
     selected on. One market: the same days either way."""
+    selection_seeds: int = 1
+    """How many noise streams model selection plays each validation day with (play seeds ``0..K-1``, the
+    posterior samples ``rcb evaluate --seeds K`` draws on those days); an epoch's validation score is their
+    mean. 1: seed 0 alone, the measure every run of record was selected by. A CBRL policy's score on six days
+    moves with its posterior samples (session 19: a run scored 0.846 with seed 0 and 0.68-0.70 with seeds 1-4),
+    so one stream can pick an epoch that won on its noise."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -220,6 +226,8 @@ class SACConfig:
             )
         if self.selection_days not in SELECTION_DAYS:
             raise ValueError(f"selection_days must be one of {', '.join(SELECTION_DAYS)}, not {self.selection_days!r}")
+        if self.selection_seeds < 1:
+            raise ValueError(f"selection_seeds must be >= 1, not {self.selection_seeds}")
         if not self.curriculum:
             stages = CURRICULA[self.algo]
             if self.algo == "uscb":  # CURRICULA's uscb and rcpo entries are one stage of their own kind
@@ -421,6 +429,7 @@ class EpochLog:
     updates: int
     train_score: float
     validation_score: float
+    """Model selection's measure: the mean of :attr:`validation_scores`."""
     critic_loss: float
     actor_loss: float
     alpha: float
@@ -428,6 +437,8 @@ class EpochLog:
     """Mean ``-log pi`` of the policy's actions over the epoch's updates."""
     seconds: float
     """Wall-clock time of the epoch (collection, updates, evaluation)."""
+    validation_scores: list[float] = field(default_factory=list)
+    """The validation score played with each seed ``0..selection_seeds-1``."""
 
 
 class SACAgent:
@@ -619,12 +630,16 @@ def score(outcome: Outcome, days: DaySet, chosen: np.ndarray) -> float:
     return float(episode_scores(outcome.delivery, outcome.cost, days.subset(chosen)).mean())
 
 
-def greedy_score(agent: SACAgent, days: DaySet, chosen: np.ndarray) -> float:
-    """:func:`score` of the agent's deterministic policy on ``days[chosen]``, played once with seed 0 (model
-    selection's measure)."""
+def greedy_scores(agent: SACAgent, days: DaySet, chosen: np.ndarray, seeds: int = 1) -> list[float]:
+    """:func:`score` of the agent's deterministic policy on ``days[chosen]``, played once with each seed
+    ``0..seeds-1`` (model selection's measure is their mean; :attr:`SACConfig.selection_seeds`)."""
     greedy = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder, controller=agent.controller)
-    outcome, _ = play_days(greedy, days, chosen, 1, seed=0)
-    return score(outcome, days, chosen)
+    return [score(play_days(greedy, days, chosen, 1, seed=seed)[0], days, chosen) for seed in range(seeds)]
+
+
+def greedy_score(agent: SACAgent, days: DaySet, chosen: np.ndarray, seeds: int = 1) -> float:
+    """The mean of :func:`greedy_scores`."""
+    return float(np.mean(greedy_scores(agent, days, chosen, seeds)))
 
 
 def train(
@@ -659,7 +674,7 @@ def train(
         auto.b.update(agent.curriculum_b)
         agent.curriculum_b = auto.b
     if config.start_at_controller and state is None and on_start is not None:
-        on_start(greedy_score(agent, days, validation_days), agent)
+        on_start(greedy_score(agent, days, validation_days, config.selection_seeds), agent)
     logs = []
     for epoch in range(start_epoch, config.epochs):
         started = time.perf_counter()
@@ -702,13 +717,15 @@ def train(
             )
             for step in range(refit + config.updates_per_epoch)
         ]
+        by_seed = greedy_scores(agent, days, validation_days, config.selection_seeds)
         log = EpochLog(
             epoch=epoch,
             stage=stage.name,
             b=stage.b,
             updates=agent.updates,
             train_score=greedy_score(agent, days, train_days),
-            validation_score=greedy_score(agent, days, validation_days),
+            validation_score=float(np.mean(by_seed)),
+            validation_scores=by_seed,
             critic_loss=float(np.mean([s.critic_loss for s in stats])),
             actor_loss=float(np.nanmean([s.actor_loss for s in stats])),
             alpha=float(agent.log_alpha.detach().exp()),
