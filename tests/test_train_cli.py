@@ -446,3 +446,16 @@ def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path,
     assert refused.exit_code == 2 and "--selection-seeds 3" in refused.output
     zero = runner.invoke(app, [*args, "--selection-seeds", "0", "--out", str(tmp_path / "zero")])
     assert zero.exit_code == 2 and not (tmp_path / "zero").exists()
+
+
+def test_curves_of_a_run_resumed_across_a_new_history_field(tmp_path: Path):
+    """A run started before ``validation_scores`` existed and resumed after it: curves.csv holds every column
+    (blank where an epoch lacks it) and curves.png draws the seeds' range where there is one."""
+    from training.train import write_curves
+
+    old = {"epoch": 0, "stage": "s", "train_score": 0.5, "validation_score": 0.4}
+    new = {"epoch": 1, "stage": "s", "train_score": 0.6, "validation_score": 0.5, "validation_scores": [0.4, 0.6]}
+    write_curves([old, new], tmp_path, controller_score=0.45)
+    lines = (tmp_path / "curves.csv").read_text().splitlines()
+    assert lines[0].split(",")[-1] == "validation_scores" and lines[1].endswith(",") and "0.6]" in lines[2]
+    assert (tmp_path / "curves.png").stat().st_size > 0

@@ -212,8 +212,9 @@ def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
 def write_curves(history: list[dict[str, Any]], out: Path, controller_score: float | None = None) -> None:
     """``curves.csv`` and ``curves.png``: train and validation score per epoch, curriculum stages marked;
     ``controller_score``: the untrained policy's (the controller's) validation score, a dashed line."""
+    columns = list(dict.fromkeys(key for h in history for key in h))  # a resumed older run's first epochs lack some
     with (out / "curves.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(history[0]))
+        writer = csv.DictWriter(fh, fieldnames=columns, restval="")
         writer.writeheader()
         writer.writerows(history)
     from matplotlib.figure import Figure
@@ -223,6 +224,10 @@ def write_curves(history: list[dict[str, Any]], out: Path, controller_score: flo
     epochs = [h["epoch"] for h in history]
     ax.plot(epochs, [h["train_score"] for h in history], "o-", label="train days")
     ax.plot(epochs, [h["validation_score"] for h in history], "s-", label="validation days")
+    by_seed = [h.get("validation_scores") or [h["validation_score"]] for h in history]
+    if any(len(scores) > 1 for scores in by_seed):  # --selection-seeds K: the spread the mean is taken over
+        low, high = [min(scores) for scores in by_seed], [max(scores) for scores in by_seed]
+        ax.fill_between(epochs, low, high, color="C1", alpha=0.2, lw=0, label="validation, seeds' range")
     if controller_score is not None:
         ax.axhline(controller_score, color="C1", ls="--", lw=1, label="controller, validation days")
     for epoch, h in enumerate(history):
