@@ -104,6 +104,9 @@ def test_cbrl_is_residual_by_default_with_the_settings_defaults_and_a_resume_kee
     config = json.loads((out / "run.json").read_text())["config"]
     assert config["residual"] is True and config["controller"] is not None
     assert config["roi_margin"] == 0.0 and config["start_at_controller"] is True  # SC's defaults
+    assert config["selection_seeds"] == 5
+    history = json.loads((out / "run.json").read_text())["history"]
+    assert [len(h["validation_scores"]) for h in history] == [5]
     resumed = runner.invoke(app, [*args, "--epochs", "2", "--resume", "--json"])  # no --residual: kept
     assert resumed.exit_code == 0, resumed.output
     assert json.loads((out / "run.json").read_text())["config"]["residual"] is True
@@ -428,7 +431,7 @@ def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path,
     args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
     args += ["--epochs", "2", "--json"]
     one, three = tmp_path / "one", tmp_path / "three"
-    assert runner.invoke(app, [*args, "--out", str(one)]).exit_code == 0
+    assert runner.invoke(app, [*args, "--selection-seeds", "1", "--out", str(one)]).exit_code == 0
     result = runner.invoke(app, [*args, "--selection-seeds", "3", "--out", str(three)])
     assert result.exit_code == 0, result.output
     by_one, by_three = (json.loads((d / "run.json").read_text()) for d in (one, three))

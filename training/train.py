@@ -104,6 +104,7 @@ def run_training(
         if bool(previous["config"].get("residual", False)) != config.residual:
             kind = "a residual" if config.residual else "a non-residual"
             raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
+        config.resolve(setting)  # a default left to the setting is compared as the value the run will use
         for key, (option, before_the_option, what) in KEPT_ON_RESUME.items():
             kept = type(before_the_option)(previous["config"].get(key, before_the_option))
             if kept != getattr(config, key):
