@@ -180,8 +180,8 @@ def test_config_and_validation_split():
     assert resolved("sc", algo="cbrl", roi_margin=0.1, start_at_controller=False) == (True, 0.1, False)
     assert resolved("mc", algo="hard", residual=True) == (True, 0.05, False)
     assert SACConfig(algo="cbrl").roi_margin is None  # unresolved until the setting is known
-    # Model selection's noise streams: 5 in SC (session 20), 1 in MC; a choice given is kept, 0 is refused.
-    assert [SACConfig(algo=a).resolve(s).selection_seeds for a in ("cbrl", "crl") for s in ("sc", "mc")] == [5, 1] * 2
+    # Model selection's noise streams: 5 for CBRL in SC (session 20), else 1; a choice given is kept, 0 is refused.
+    assert [SACConfig(algo=a).resolve(s).selection_seeds for a in ("cbrl", "crl") for s in ("sc", "mc")] == [5, 1, 1, 1]
     assert SACConfig(algo="cbrl", selection_seeds=2).resolve("sc").selection_seeds == 2
     with pytest.raises(ValueError, match="selection_seeds must be >= 1"):
         SACConfig(algo="cbrl", selection_seeds=0)

@@ -449,6 +449,12 @@ def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path,
     assert refused.exit_code == 2 and "--selection-seeds 3" in refused.output
     zero = runner.invoke(app, [*args, "--selection-seeds", "0", "--out", str(tmp_path / "zero")])
     assert zero.exit_code == 2 and not (tmp_path / "zero").exists()
+    # A rival has no posterior to sample: its streams play the same episodes (why its default is one).
+    rival = tmp_path / "crl"
+    crl = [*args[:6], "crl", *args[7:], "--selection-seeds", "2", "--out", str(rival)]
+    assert runner.invoke(app, crl).exit_code == 0
+    for h in json.loads((rival / "run.json").read_text())["history"]:
+        assert h["validation_scores"][0] == h["validation_scores"][1]
 
 
 def test_curves_of_a_run_resumed_across_a_new_history_field(tmp_path: Path):

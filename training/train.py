@@ -43,6 +43,7 @@ from training.market.dataset import Market
 
 RUN_FILE = "run.json"
 ALGOS = tuple(CURRICULA)
+"""Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
 KEPT_ON_RESUME: dict[str, tuple[str, Any, str]] = {
     "validation_fold": ("--validation-fold", 0, "holds out validation fold {}"),
     "selection_days": ("--selection-days", "all", "selects on {!r} days"),
@@ -50,7 +51,6 @@ KEPT_ON_RESUME: dict[str, tuple[str, Any, str]] = {
 }
 """Model selection's choices a resumed run must keep (its earlier epochs were scored with them): the CLI option,
 the value a run recorded before the option existed, and how the refusal names the run's choice."""
-"""Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
 
 
 class RunError(ValueError):

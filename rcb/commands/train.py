@@ -227,8 +227,8 @@ def train_command(
             "--selection-seeds",
             min=1,
             help="How many noise streams (play seeds 0..K-1, the posterior samples of `rcb evaluate --seeds K`)"
-            " model selection plays each validation day with; an epoch scores their mean. Default: 5 in SC, 1 (seed 0)"
-            " in MC.",
+            " model selection plays each validation day with; an epoch scores their mean. Default: 5 for cbrl in SC,"
+            " else 1 (seed 0).",
             show_default=False,
         ),
     ] = None,

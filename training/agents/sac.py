@@ -207,7 +207,7 @@ class SACConfig:
     mean. 1: seed 0 alone, the measure every run before session 20 was selected by. A CBRL policy's score on six
     days moves with its posterior samples (on ``volatile``, one epoch scored 0.838 with seed 0 and 0.66 over
     seeds 0-4), so one stream can pick an epoch that won on its noise. ``None``: :data:`SELECTION_SEEDS` of the
-    run's setting (:meth:`resolve`)."""
+    run's setting for CBRL, 1 for the rivals, whose deterministic policies play every stream alike (:meth:`resolve`)."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -250,8 +250,8 @@ class SACConfig:
             self.roi_margin = RESIDUAL_ROI_MARGIN[str(setting)] if self.residual else 0.0
         if self.start_at_controller is None:
             self.start_at_controller = bool(self.residual) and START_AT_CONTROLLER[str(setting)]
-        if self.selection_seeds is None:
-            self.selection_seeds = SELECTION_SEEDS[str(setting)]
+        if self.selection_seeds is None:  # without a posterior to sample, every stream plays the same episodes
+            self.selection_seeds = SELECTION_SEEDS[str(setting)] if self.bayesian else 1
         return self
 
     @property
