@@ -7,7 +7,9 @@ times ``--updates`` updates of each and one collection of the 96 episodes, then 
 side by side with each one's cost as a multiple of CRL's. CBRL's extra cost is its posterior encoder: a
 forward and backward pass over every sampled episode in each update, and an encoding of the
 transitions seen so far at every slot while acting. The residual adds the PID's ratio on every prefix
-(one more feature) to each observation rebuild.
+(one more feature) to each observation rebuild. Last, model selection's cost per epoch: the default CBRL's greedy
+play of the validation days (fold 0) with one noise stream and with SC's default of several
+(``--selection-seeds``), beside the epoch they are part of.
 
 Run: ``.venv/bin/python benchmarks/bench_train.py`` (generates a 30-day market of ``--impressions``
 impressions a day into a temporary directory first).
@@ -31,9 +33,17 @@ from machine import describe_machine  # benchmarks/machine.py, beside this scrip
 
 from model.contract import Setting
 from model.controller import ControllerGains
-from training.agents.sac import EpisodeBuffer, PolicyBidder, SACAgent, SACConfig, play_days
+from training.agents.sac import (
+    SELECTION_SEEDS,
+    EpisodeBuffer,
+    PolicyBidder,
+    SACAgent,
+    SACConfig,
+    greedy_scores,
+    play_days,
+)
 from training.curriculum import SPARSE_ONLY
-from training.dayset import DaySet
+from training.dayset import DaySet, split_validation
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 
@@ -73,6 +83,21 @@ def time_agent(
     return statistics.median(per_update), statistics.median(per_collection)
 
 
+def time_selection(days: DaySet, streams: int, repeats: int, seed: int) -> float:
+    """Median seconds of model selection's play of the validation days with ``streams`` noise streams."""
+    gains = ControllerGains()
+    controller = {**gains.tuned(), "traffic_profile": list(gains.traffic_profile)}
+    config = SACConfig(algo="cbrl", seed=seed, controller=controller).resolve(Setting.SC)
+    agent = SACAgent(config)
+    _, validation = split_validation(days, config.validation_fraction, config.validation_fold)
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        greedy_scores(agent, days, validation, streams)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impressions", type=int, default=200_000, help="impressions per generated day")
@@ -90,6 +115,9 @@ def main() -> None:
             name: time_agent(algo, residual, days, args.updates, args.repeats, args.seed)
             for name, (algo, residual) in VARIANTS.items()
         }
+        many = SELECTION_SEEDS["sc"]
+        one_stream, many_streams = (time_selection(days, k, args.repeats, args.seed) for k in (1, many))
+        held_out = len(split_validation(days)[1])
     updates = SACConfig().updates_per_epoch
     print(f"\nmedian of {args.repeats} blocks of {args.updates} updates (batch 256) and of {args.repeats} collections;")
     print(f"an epoch = {updates} updates + one collection; x CRL: the ratio to plain SAC in the same run")
@@ -105,6 +133,11 @@ def main() -> None:
             f"  {name:<26} {update * 1e3:>8.1f} ms {update / base_update:>5.2f}x {collect:>18.2f} s"
             f" {collect / base_collect:>5.1f}x {epoch:>7.1f} s {epoch / base_epoch:>5.2f}x"
         )
+    cbrl_epoch = updates * results["CBRL (default: residual)"][0] + results["CBRL (default: residual)"][1]
+    print(f"\nmodel selection, default CBRL, {held_out} validation days (median of {args.repeats}):")
+    print(f"  one stream {one_stream:.2f} s; {many} streams {many_streams:.2f} s ({many_streams / one_stream:.1f}x);")
+    extra = (many_streams - one_stream) / cbrl_epoch
+    print(f"  the {many - 1} extra streams add {extra:.0%} to an epoch of {cbrl_epoch:.1f} s (updates + collection)")
 
 
 if __name__ == "__main__":
