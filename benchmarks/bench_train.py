@@ -55,13 +55,17 @@ VARIANTS = {
 """The timed configs: name -> (algo, residual); ``None`` is SACConfig's default for the algo."""
 
 
+def untuned_controller() -> dict[str, object]:
+    """A residual run's reference PID: its untuned defaults time the same work as a tuned one."""
+    gains = ControllerGains()
+    return {**gains.tuned(), "traffic_profile": list(gains.traffic_profile)}
+
+
 def time_agent(
     algo: str, residual: bool | None, days: DaySet, updates: int, repeats: int, seed: int
 ) -> tuple[float, float]:
     """Median seconds per update (over ``repeats`` blocks of ``updates``) and per 96-episode collection."""
-    gains = ControllerGains()  # a residual run's reference PID: its untuned defaults time the same work
-    controller = {**gains.tuned(), "traffic_profile": list(gains.traffic_profile)}
-    config = SACConfig(algo=algo, seed=seed, controller=controller, residual=residual)
+    config = SACConfig(algo=algo, seed=seed, controller=untuned_controller(), residual=residual)
     torch.set_num_threads(config.torch_threads)
     agent = SACAgent(config)
     chosen = np.arange(min(24, len(days)))
@@ -85,9 +89,7 @@ def time_agent(
 
 def time_selection(days: DaySet, streams: int, repeats: int, seed: int) -> float:
     """Median seconds of model selection's play of the validation days with ``streams`` noise streams."""
-    gains = ControllerGains()
-    controller = {**gains.tuned(), "traffic_profile": list(gains.traffic_profile)}
-    config = SACConfig(algo="cbrl", seed=seed, controller=controller).resolve(Setting.SC)
+    config = SACConfig(algo="cbrl", seed=seed, controller=untuned_controller()).resolve(Setting.SC)
     agent = SACAgent(config)
     _, validation = split_validation(days, config.validation_fraction, config.validation_fold)
     seconds = []

@@ -89,6 +89,7 @@ def run_training(
             raise RunError(f"{seen[train_days]} and {path} hold the same train days: name each market once")
         seen[train_days] = path
     fingerprint = pooled_fingerprint(fingerprints)  # what the policy is fitted to
+    config.resolve(setting)  # the setting's defaults, before a resume compares them with the run's choices
     run_file = out / RUN_FILE
     history: list[dict[str, Any]] = []
     start_epoch = 0
@@ -104,7 +105,6 @@ def run_training(
         if bool(previous["config"].get("residual", False)) != config.residual:
             kind = "a residual" if config.residual else "a non-residual"
             raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
-        config.resolve(setting)  # a default left to the setting is compared as the value the run will use
         for key, (option, before_the_option, what) in KEPT_ON_RESUME.items():
             kept = type(before_the_option)(previous["config"].get(key, before_the_option))
             if kept != getattr(config, key):
@@ -116,7 +116,6 @@ def run_training(
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
     if state is not None and config.residual:  # resume with the reference controller the run started with
         config.controller = previous["config"].get("controller")
-    config.resolve(setting)
     out.mkdir(parents=True, exist_ok=True)
     days = DaySet.load(market, "train", setting)
     if config.residual and config.controller is None:  # the home market's PID, tuned on its train days alone
