@@ -358,6 +358,11 @@ def test_pooled_markets_train_one_run_around_the_home_markets_pid(market: Path, 
     learn, held = split_validation(days)
     assert list(held) == [*split_validation(home)[1], *(split_validation(away)[1] + len(home))]
     assert not set(learn) & set(held) and len(learn) + len(held) == len(days)
+    # A subset of the pooled days keeps its markets, the home market first (held out: each market's own fold).
+    assert days.subset(held).parts == (len(split_validation(home)[1]), len(split_validation(away)[1]))
+    assert days.subset(np.arange(len(home))).parts == (len(home), 0)
+    with pytest.raises(ValueError, match="keep the markets in order"):
+        days.subset(held[::-1])
     controller = body["config"]["controller"]
     pid = PID(np.asarray(controller["traffic_profile"]), **{k: controller[k] for k in GAIN_FIELDS})
     outcome, _ = play_days(pid, days, held, 1, seed=0)

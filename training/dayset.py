@@ -166,7 +166,18 @@ class DaySet:
         )
 
     def subset(self, chosen: np.ndarray) -> DaySet:
-        """The days at positions ``chosen``, sharing this set's loaded logs (indexes are rebuilt on use)."""
+        """The days at positions ``chosen``, sharing this set's loaded logs (indexes are rebuilt on use).
+
+        A pooled set's subset keeps its markets (:attr:`parts`, a market left with no day counting 0), so the home
+        market is still the first; the chosen days must then keep the markets in order.
+        """
+        chosen = np.asarray(chosen, dtype=np.int64)
+        parts: tuple[int, ...] = ()
+        if self.parts:
+            market_of = np.repeat(np.arange(len(self.parts)), self.parts)[chosen]
+            if np.any(np.diff(market_of) < 0):
+                raise ValueError("a subset of pooled markets' days must keep the markets in order (home market first)")
+            parts = tuple(int(k) for k in np.bincount(market_of, minlength=len(self.parts)))
         return DaySet(
             market=self.market,
             split=self.split,
@@ -176,6 +187,7 @@ class DaySet:
             oracle_delivery=self.oracle_delivery[chosen],
             roi_target=self.roi_target[chosen],
             budget=self.budget[chosen],
+            parts=parts,
         )
 
     def traffic_profile(self) -> np.ndarray:

@@ -105,7 +105,10 @@ def unshielded(method: str) -> tuple[str, bool]:
 def method_label(method: str) -> str:
     """The name a method's rows carry: a run group's label (``shield:`` kept), else the method as written."""
     inner, shielded = unshielded(method)
-    group = run_group(inner)
+    try:
+        group = split_group(inner)  # the label only: no glob (run_group checked the runs when the list was parsed)
+    except CurveError as exc:
+        raise EvaluationError(str(exc)) from None
     if group is None:
         return method
     return SHIELD_PREFIX + group[0] if shielded else group[0]

@@ -40,17 +40,11 @@ from training.agents.sac import (
 from training.dayset import DaySet
 from training.files import atomic_write, atomic_write_text
 from training.market.dataset import Market
+from training.resume_choices import SELECTION_CHOICES
 
 RUN_FILE = "run.json"
 ALGOS = tuple(CURRICULA)
 """Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
-KEPT_ON_RESUME: dict[str, tuple[str, Any, str]] = {
-    "validation_fold": ("--validation-fold", 0, "holds out validation fold {}"),
-    "selection_days": ("--selection-days", "all", "selects on {!r} days"),
-    "selection_seeds": ("--selection-seeds", 1, "selects on {} noise stream(s)"),
-}
-"""Model selection's choices a resumed run must keep (its earlier epochs were scored with them): the CLI option,
-the value a run recorded before the option existed, and how the refusal names the run's choice."""
 
 
 class RunError(ValueError):
@@ -105,10 +99,10 @@ def run_training(
         if bool(previous["config"].get("residual", False)) != config.residual:
             kind = "a residual" if config.residual else "a non-residual"
             raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
-        for key, (option, before_the_option, what) in KEPT_ON_RESUME.items():
-            kept = type(before_the_option)(previous["config"].get(key, before_the_option))
+        for key, choice in SELECTION_CHOICES.items():
+            kept = choice.recorded(previous["config"], key)
             if kept != getattr(config, key):
-                raise RunError(f"{out} {what.format(kept)}; resume it with {option} {kept}")
+                raise RunError(f"{out} {choice.refusal.format(kept)}; resume it with {choice.option} {kept}")
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
         start_epoch = len(history)

@@ -13,6 +13,7 @@ import typer
 
 from model.contract import Setting
 from rcb.commands.common import check_output_dir, fail, plural, print_json, progress, user_errors
+from training.resume_choices import SELECTION_CHOICES, TRAINING_CHOICES
 
 RUN_FILE = "run.json"
 
@@ -43,16 +44,10 @@ def _default(name: str) -> Any:
 
 
 RESUMED_CHOICES: dict[str, Any] = {
-    "residual": False,
-    "roi_margin": 0.0,
-    "regime_spread": 0.0,
-    "relaxed_stages": True,
-    "start_at_controller": False,
+    **TRAINING_CHOICES,
     "n_step": _default("n_step"),
     "correction_penalty": _default("correction_penalty"),
-    "validation_fold": 0,
-    "selection_days": "all",
-    "selection_seeds": 1,
+    **{key: choice.before_the_option for key, choice in SELECTION_CHOICES.items()},
 }
 """The options a resumed run keeps from its run.json when they are not given, with the value a run recorded
 before the option existed had (the behaviour of that time)."""
