@@ -473,3 +473,18 @@ def test_curves_of_a_run_resumed_across_a_new_history_field(tmp_path: Path):
     lines = (tmp_path / "curves.csv").read_text().splitlines()
     assert lines[0].split(",")[-1] == "validation_scores" and lines[1].endswith(",") and "0.6]" in lines[2]
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_the_resume_tables_name_real_config_fields():
+    """``training.resume_choices`` names ``SACConfig`` fields, and ``rcb train --resume`` fills every one of them."""
+    from dataclasses import fields
+
+    from rcb.commands.train import RESUMED_CHOICES
+    from training.agents.sac import SACConfig
+    from training.resume_choices import SELECTION_CHOICES, TRAINING_CHOICES
+
+    kept = set(SELECTION_CHOICES) | set(TRAINING_CHOICES)
+    assert kept <= {f.name for f in fields(SACConfig)}
+    assert kept <= set(RESUMED_CHOICES)
+    assert SELECTION_CHOICES["selection_seeds"].recorded({}, "selection_seeds") == 1  # a run from before the option
+    assert SELECTION_CHOICES["selection_days"].recorded({"selection_days": "home"}, "selection_days") == "home"
