@@ -40,7 +40,7 @@ from training.agents.sac import (
 from training.dayset import DaySet
 from training.files import atomic_write, atomic_write_text
 from training.market.dataset import Market
-from training.resume_choices import SELECTION_CHOICES
+from training.resume_choices import SELECTION_CHOICES, TRAINING_CHOICES
 
 RUN_FILE = "run.json"
 ALGOS = tuple(CURRICULA)
@@ -96,7 +96,7 @@ def run_training(
             raise RunError(f"{out} was trained on other data or another setting; it cannot be resumed here")
         if previous["config"]["algo"] != config.algo:
             raise RunError(f"{out} trains {previous['config']['algo']}, not {config.algo}")
-        if bool(previous["config"].get("residual", False)) != config.residual:
+        if bool(previous["config"].get("residual", TRAINING_CHOICES["residual"])) != config.residual:
             kind = "a residual" if config.residual else "a non-residual"
             raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
         for key, choice in SELECTION_CHOICES.items():
@@ -281,7 +281,7 @@ def load_ensemble_bidder(
 def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
     """The deterministic bidder of a loaded ``best.pt``."""
     config = saved["config"]
-    residual = bool(config.get("residual", False))
+    residual = bool(config.get("residual", TRAINING_CHOICES["residual"]))
     latent = config["latent_dim"] if saved["encoder"] is not None else 0
     policy = TanhGaussianPolicy(
         obs_dim(residual) + latent,
