@@ -126,6 +126,21 @@ class MarketConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> MarketConfig:
+        """Inverse of :meth:`to_dict` (a generated market's manifest ``source.config``); unknown keys are an error."""
+
+        def tuples(d: dict[str, Any]) -> dict[str, Any]:
+            return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+
+        body = tuples(raw)
+        for name in ("id_family", "ood_family"):
+            if name in body:
+                body[name] = RegimeFamily(**tuples(body[name]))
+        if "constraints" in body:
+            body["constraints"] = ConstraintRecipe(**tuples(body["constraints"]))
+        return cls(**body)
+
 
 def diurnal_profile() -> np.ndarray:
     """Share of a day's traffic in each slot: a night trough, a noon peak and a larger evening peak."""
@@ -182,10 +197,57 @@ def _float32_exact(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32).astype(np.float64)
 
 
+TWIN_STREAM = 2
+"""Third word of a twin day's seed (``[seed, day, TWIN_STREAM, twin]``); 1 is the paper recipe's constraints'."""
+
+
 def generate_day(day: int, ood: bool, config: MarketConfig) -> tuple[DayLog, dict[str, Any]]:
     """One day's impressions and its regime, from ``default_rng([seed, day])`` alone."""
     rng = np.random.default_rng([config.seed, day])
     regime = draw_regime(rng, config.ood_family if ood else config.id_family, config)
+    return draw_impressions(day, rng, regime, config), regime
+
+
+REGIME_PARTS: dict[str, tuple[str, ...]] = {
+    "market": (
+        "price_level",
+        "price_volatility",
+        "shock_rate",
+        "shocks",
+        "log_price_path",
+        "traffic_scale",
+        "traffic_path",
+    ),
+    "conversion": ("conversion_scale",),
+}
+"""A regime's fields by what reveals them: ``market`` (prices and traffic, read from auctions won and lost) and
+``conversion`` (the conversion scale, read from deliveries alone)."""
+
+
+def generate_twin(
+    day: int, ood: bool, config: MarketConfig, twin: int, known: tuple[str, ...] = tuple(REGIME_PARTS)
+) -> DayLog:
+    """Day ``day``'s regime (its price path, conversion scale, traffic and shocks) with fresh impression draws.
+
+    What a bidder told the day's regime, but not its luck, could plan on (``training/headroom.py``): the regime is
+    drawn from the day's own stream, the impressions from ``default_rng([seed, day, TWIN_STREAM, twin])``. With
+    ``known`` a subset of :data:`REGIME_PARTS`, only those parts are the day's; the others come from another
+    regime of the same family, drawn first from the twin's stream.
+    """
+    unknown = set(known) - set(REGIME_PARTS)
+    if unknown:
+        raise ValueError(f"unknown regime parts {sorted(unknown)}; known: {', '.join(REGIME_PARTS)}")
+    family = config.ood_family if ood else config.id_family
+    regime = draw_regime(np.random.default_rng([config.seed, day]), family, config)
+    rng = np.random.default_rng([config.seed, day, TWIN_STREAM, twin])
+    if set(known) != set(REGIME_PARTS):
+        kept = {field: regime[field] for part in known for field in REGIME_PARTS[part]}
+        regime = draw_regime(rng, family, config) | kept
+    return draw_impressions(day, rng, regime, config)
+
+
+def draw_impressions(day: int, rng: np.random.Generator, regime: dict[str, Any], config: MarketConfig) -> DayLog:
+    """A day's impressions under ``regime``: counts, values, predictions, conversions and prices from ``rng``."""
     expected = (
         config.impressions_per_day * regime["traffic_scale"] * diurnal_profile() * np.array(regime["traffic_path"])
     )
@@ -219,7 +281,7 @@ def generate_day(day: int, ood: bool, config: MarketConfig) -> tuple[DayLog, dic
         cost=market_price,
         slot_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
     )
-    return log, regime
+    return log
 
 
 def split_of_days(config: MarketConfig) -> dict[int, str]:

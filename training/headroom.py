@@ -1,0 +1,302 @@
+"""What knowing the day's regime is worth: an upper reference for posterior inference on a generated market.
+
+CBRL's posterior infers the day's latent market regime from what a campaign has won so far, and its policy
+(by default a residual on the tuned PID) bids on that belief. How much could such inference gain at most on
+a market? This tool tells bidders the **regime** of each day they play, everything the generator drew for
+the day (price level and intraday path, conversion scale, traffic scale, shocks) except the impression-level
+draws, and plays them on the real days beside the PID. The regime holds the slots still to come, so it is
+more than any causal posterior can learn: a gain these bidders cannot reach is out of a posterior's reach
+too (for bidders of their form). Per day, ``twins`` twin days (:func:`training.market.generator.generate_twin`:
+the day's regime, fresh impressions) stand for what the regime lets one expect:
+
+* ``informed-constant@m``: the constant ratio of ``ORACLE_GRID`` with the most delivery on average over the
+  twins, counting a twin's delivery only where its ROI reaches ``L * (1 + m)`` (and its budget, spent slot by
+  slot, lasts; a slot's last share pro rata);
+* ``informed-pid@m``: the tuned PID (the bar's reference) started at that ratio instead of its tuned one;
+* ``hindsight-constant``: the day's own best constant ratio (it knows the impressions' luck too);
+* ``pid`` and ``rm``, tuned on the train days as ``rcb evaluate`` tunes them.
+
+Every row is played on the real days by the simulator (budgets included) and scored as ``rcb evaluate``
+scores: the rows and the episodes (``episodes.csv``) compare with its outputs, and ``--learned`` puts a
+learned method's episodes from ``rcb evaluate`` on the plot. **Headroom** is the best ``informed-pid`` ANS
+among the margins whose CSR is at least the PID's, minus the PID's ANS: chosen on the played days
+themselves, an upper reference, not a bidder::
+
+    python -m training.headroom data/suite/sparse --setting sc --split test --out out/headroom/sparse-test
+
+Generated markets only (the manifest's ``source.config`` must redraw the stored days; imported logs have no
+regime to tell). Deterministic: twin ``k`` of day ``d`` is ``default_rng([seed, d, 2, k])``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import pandas as pd
+import typer
+from rich.progress import Progress
+
+from model.contract import Setting
+from model.roi import is_feasible
+from training.bidders.base import Bidder, play
+from training.bidders.pid import PID
+from training.bidders.rm import ConstantRatio
+from training.dayset import DaySet
+from training.evaluate import EvaluationError, episode_rows, split_days, summarize, tuned_baseline
+from training.market.dataset import Market, MarketError
+from training.market.generator import REGIME_PARTS, MarketConfig, generate_day, generate_twin
+from training.oracle import ORACLE_GRID
+from training.oracle.oracles import slot_curves
+from training.simulator import DayIndex
+
+MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3)
+"""ROI margins of the informed rows: the ratio is chosen for ``L * (1 + m)`` on the twins (a CSR-ANS frontier)."""
+TWINS = 8
+"""Twin days per played day."""
+REFERENCE = "pid"
+SPLITS = ("train", "test", "ood")
+
+
+def informed(kind: str, margin: float) -> str:
+    return f"informed-{kind}@{margin:g}"
+
+
+def budgeted_totals(delivery: np.ndarray, cost: np.ndarray, budget: float) -> tuple[np.ndarray, np.ndarray]:
+    """Day totals per ratio of slot curves ``(T, G)`` when the budget is spent slot by slot (the last slot's share
+    pro rata): what a constant ratio delivers and costs over the day with a budget."""
+    if not np.isfinite(budget):
+        return delivery.sum(axis=0), cost.sum(axis=0)
+    before = np.cumsum(cost, axis=0) - cost
+    share = np.clip(np.divide(budget - before, cost, out=np.ones_like(cost), where=cost > 0), 0.0, 1.0)
+    share = np.where(before >= budget, 0.0, share)
+    return (share * delivery).sum(axis=0), (share * cost).sum(axis=0)
+
+
+def best_constant(delivery: np.ndarray, cost: np.ndarray, roi_target: float, margin: float) -> float:
+    """The ratio of ``ORACLE_GRID`` with the most mean delivery over ``(K, G)`` day totals, a day's delivery counted
+    where its ROI reaches ``roi_target * (1 + margin)``; ties (and nothing feasible) to the smaller ratio."""
+    feasible = is_feasible(delivery, cost, roi_target * (1.0 + margin))
+    expected = np.where(feasible & (delivery > 0), delivery, 0.0).mean(axis=0)
+    return float(ORACLE_GRID[int(np.argmax(expected))])
+
+
+def check_generated(market: Market, days: DaySet) -> MarketConfig:
+    """The generator config that drew ``market``; refuses a market whose stored days it does not redraw."""
+    config = (market.source or {}).get("config")
+    if market.source.get("kind") != "synthetic" or not isinstance(config, dict):
+        raise EvaluationError(f"{market.root}: not a generated market (no generator config to redraw its regimes from)")
+    generator = MarketConfig.from_dict(config)
+    entry, stored = days.entries[0], days.logs[0]
+    redrawn, _ = generate_day(entry.day, entry.split == "ood", generator)
+    if not (np.array_equal(redrawn.utility, stored.utility) and np.array_equal(redrawn.delivery, stored.delivery)):
+        raise EvaluationError(f"{market.root}: day {entry.day} is not what the manifest's generator config draws")
+    return generator
+
+
+def informed_ratios(
+    days: DaySet,
+    generator: MarketConfig,
+    twins: int,
+    known: tuple[str, ...] = tuple(REGIME_PARTS),
+    tick: Callable[[], None] | None = None,
+) -> tuple[dict[float, np.ndarray], np.ndarray]:
+    """Per margin, each day's informed constant ratio (chosen on its twins, which keep the ``known`` parts of the
+    day's regime); and each day's hindsight one."""
+    chosen = {m: np.empty(len(days)) for m in MARGINS}
+    hindsight = np.empty(len(days))
+    for i, entry in enumerate(days.entries):
+        roi_target, budget = float(days.roi_target[i]), float(days.budget[i])
+        totals = [
+            budgeted_totals(
+                *slot_curves(DayIndex(generate_twin(entry.day, entry.split == "ood", generator, k))), budget
+            )
+            for k in range(twins)
+        ]
+        delivery, cost = np.stack([d for d, _ in totals]), np.stack([c for _, c in totals])
+        for m in MARGINS:
+            chosen[m][i] = best_constant(delivery, cost, roi_target, m)
+        own = budgeted_totals(*slot_curves(DayIndex(days.logs[i])), budget)
+        hindsight[i] = best_constant(own[0][None], own[1][None], roi_target, 0.0)
+        if tick:
+            tick()
+    return chosen, hindsight
+
+
+def play_rows(label_of: list[str], bidder: Bidder, days: DaySet) -> pd.DataFrame:
+    """Play ``bidder`` on ``len(label_of)`` copies of the days at once (episode ``j * n + i``: copy j, day i)."""
+    n = len(days)
+    outcome = play(bidder, days.indexes(), days.episode_days(len(label_of)), days.registration(len(label_of)), 0)
+    return pd.concat(
+        [
+            episode_rows(label, 0, days, outcome.delivery[j * n : (j + 1) * n], outcome.cost[j * n : (j + 1) * n])
+            for j, label in enumerate(label_of)
+        ],
+        ignore_index=True,
+    )
+
+
+def headroom(
+    data: Path,
+    setting: Setting,
+    split: str,
+    twins: int = TWINS,
+    known: tuple[str, ...] = tuple(REGIME_PARTS),
+    progress: Progress | None = None,
+) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], dict[str, Any]]:
+    """The episodes, the summary (``training.evaluate.summarize`` per row) and the headroom figures; the informed
+    bidders know the ``known`` parts of each day's regime (:data:`training.market.generator.REGIME_PARTS`)."""
+    if split not in SPLITS:
+        raise EvaluationError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    market = Market.open(data)
+    days, train = split_days(market, split, setting)
+    generator = check_generated(market, days)
+    task = progress.add_task(f"twins ({twins} a day)", total=len(days)) if progress else None
+    chosen, hindsight = informed_ratios(
+        days, generator, twins, known, (lambda: progress.advance(task)) if progress and task is not None else None
+    )
+    pid, _ = tuned_baseline(market, REFERENCE, setting, train)
+    rm, _ = tuned_baseline(market, "rm", setting, train)
+    assert isinstance(pid, PID)
+    frames = [play_rows([REFERENCE], pid, days), play_rows(["rm"], rm, days)]
+    frames.append(play_rows(["hindsight-constant"], ConstantRatio(hindsight), days))
+    stacked = np.concatenate([chosen[m] for m in MARGINS])
+    frames.append(play_rows([informed("constant", m) for m in MARGINS], ConstantRatio(stacked), days))
+    gains = {k: np.broadcast_to(v, stacked.shape) for k, v in pid.gains.items()} | {"initial_ratio": stacked}
+    frames.append(play_rows([informed("pid", m) for m in MARGINS], PID(pid.profile, **gains), days))
+    episodes = pd.concat(frames, ignore_index=True)
+    methods = list(dict.fromkeys(episodes["method"]))
+    summary = summarize(episodes, methods)
+    figures = {kind: frontier_gain(summary, [informed(kind, m) for m in MARGINS]) for kind in ("pid", "constant")} | {
+        "market": str(data),
+        "split": split,
+        "setting": str(setting),
+        "twins": twins,
+        "days": len(days),
+        "known": list(known),
+    }
+    return episodes, summary, figures
+
+
+def frontier_gain(summary: dict[str, dict[str, Any]], rows: list[str]) -> dict[str, Any]:
+    """The best of ``rows`` by ANS among those with CSR >= the PID's, and its ANS gain over the PID (None if none)."""
+    floor = summary[REFERENCE]["csr"] - 1e-9
+    eligible = [r for r in rows if summary[r]["csr"] >= floor]
+    if not eligible:
+        return {"row": None, "gain": None}
+    best = max(eligible, key=lambda r: summary[r]["ans_median"])
+    return {"row": best, "gain": summary[best]["ans_median"] - summary[REFERENCE]["ans_median"]}
+
+
+def parse_learned(specs: list[str]) -> list[tuple[str, Path]]:
+    """``METHOD@EPISODES_CSV`` -> (method, path), split at the last ``@``."""
+    parsed = []
+    for spec in specs:
+        method, sep, path = spec.rpartition("@")
+        if not sep or not method or not path:
+            raise typer.BadParameter(f"{spec!r}: expected METHOD@EPISODES_CSV")
+        parsed.append((method, Path(path)))
+    return parsed
+
+
+def learned_points(specs: list[tuple[str, Path]], played_days: set[int]) -> dict[str, dict[str, Any]]:
+    """Each learned method's summary from ``rcb evaluate``'s episodes (same market and split: the same days)."""
+    out: dict[str, dict[str, Any]] = {}
+    for method, path in specs:
+        try:
+            episodes = pd.read_csv(path)
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(f"{path}: cannot read episodes ({exc})") from None
+        rows = episodes[episodes["method"] == method] if "method" in episodes else episodes.iloc[:0]
+        if rows.empty:
+            raise typer.BadParameter(f"{path}: no episodes of {method!r}")
+        if set(rows["day"]) != played_days:
+            raise typer.BadParameter(f"{path}: {method!r} was played on other days than this split's")
+        out[method] = summarize(rows, [method])[method]
+    return out
+
+
+def plot(summary: dict[str, dict[str, Any]], learned: dict[str, dict[str, Any]], title: str, path: Path) -> None:
+    """ANS against CSR: the informed frontiers over the margins, the references and the learned methods."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    for kind, style in (("pid", "o-"), ("constant", "s--")):
+        rows = [summary[informed(kind, m)] for m in MARGINS]
+        ax.plot([r["csr"] for r in rows], [r["ans_median"] for r in rows], style, label=f"informed {kind} (m = 0..0.3)")
+        for m, r in zip(MARGINS, rows, strict=True):
+            ax.annotate(f"{m:g}", (r["csr"], r["ans_median"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    for name, marker in ((REFERENCE, "D"), ("rm", "v"), ("hindsight-constant", "*")):
+        ax.plot(summary[name]["csr"], summary[name]["ans_median"], marker, markersize=9, label=name)
+    for name, row in learned.items():
+        ax.plot(row["csr"], row["ans_median"], "X", markersize=9, label=name)
+    pid = summary[REFERENCE]
+    ax.axhline(pid["ans_median"] + 0.03, color="grey", lw=0.8, ls=":", label="PID + 0.03 ANS")
+    ax.axvline(pid["csr"], color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("CSR")
+    ax.set_ylabel("ANS (median over seeds)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(
+    data: Annotated[Path, typer.Argument(help="A generated market directory (rcb market generate).")],
+    setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.SC,
+    split: Annotated[str, typer.Option(help="train, test or ood.")] = "test",
+    twins: Annotated[int, typer.Option(min=1, help="Twin days per played day.")] = TWINS,
+    out: Annotated[Path | None, typer.Option(help="Folder for headroom.json, episodes.csv and headroom.png.")] = None,
+    learned: Annotated[
+        list[str] | None, typer.Option(help="METHOD@EPISODES_CSV from rcb evaluate, drawn beside (repeat).")
+    ] = None,
+    know: Annotated[
+        list[str] | None,
+        typer.Option(help="Parts of the regime the informed bidders know (repeat): market, conversion. Default: all."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    known = tuple(dict.fromkeys(know)) if know else tuple(REGIME_PARTS)
+    if set(known) - set(REGIME_PARTS):
+        raise typer.BadParameter(f"--know {', '.join(known)}: expected parts among {', '.join(REGIME_PARTS)}")
+    wanted = parse_learned(learned or [])
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise typer.BadParameter(f"--out {out}: {exc.strerror or exc}") from None
+    try:
+        with Progress(transient=True, disable=as_json) as progress:
+            episodes, summary, figures = headroom(data, setting, split, twins, known, progress)
+    except (EvaluationError, MarketError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    others = learned_points(wanted, set(episodes["day"]))
+    result = {"figures": figures, "summary": summary, "learned": others}
+    if out is not None:
+        episodes.to_csv(out / "episodes.csv", index=False)
+        (out / "headroom.json").write_text(json.dumps(result, indent=1, default=float))
+        title = f"{data.name} {setting} {split}: what knowing the day's regime is worth"
+        plot(summary, others, title, out / "headroom.png")
+    if as_json:
+        typer.echo(json.dumps(result, default=float))
+        return
+    typer.echo(f"{data} {split} {setting}: {figures['days']} days, {twins} twins a day, knowing {', '.join(known)}")
+    typer.echo("| row | ANS | CSR |")
+    typer.echo("|:---|---:|---:|")
+    for label, row in {**summary, **others}.items():
+        typer.echo(f"| {label} | {row['ans_median']:.3f} | {row['csr']:.3f} |")
+    for kind in ("pid", "constant"):
+        got = figures[kind]
+        gain = "none with CSR >= PID's" if got["gain"] is None else f"{got['gain']:+.3f} ANS ({got['row']})"
+        typer.echo(f"headroom, informed {kind}: {gain}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
