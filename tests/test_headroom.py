@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from model.contract import Setting
 from training import headroom
-from training.evaluate import EvaluationError, evaluate
+from training.evaluate import EvaluationError, evaluate, split_days
 from training.market.dataset import MANIFEST, Market
 from training.market.generator import MarketConfig, config_with, generate_day, generate_market, generate_twin
 from training.market.suite import PRESETS
@@ -161,3 +161,11 @@ def test_a_twin_told_part_of_the_regime_draws_the_rest_from_the_family(monkeypat
     assert market_only["conversion_scale"] != regime["conversion_scale"]
     with pytest.raises(ValueError, match="unknown regime parts"):
         generate_twin(5, True, config, 0, ("weather",))
+
+
+def test_the_informed_bidders_know_only_what_they_are_told(market: Market):
+    days, _ = split_days(market, "test", Setting.SC)
+    generator = headroom.check_generated(market, days)
+    everything, _ = headroom.informed_ratios(days, generator, 2)
+    conversion_only, _ = headroom.informed_ratios(days, generator, 2, ("conversion",))
+    assert not np.array_equal(everything[0.0], conversion_only[0.0])

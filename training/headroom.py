@@ -112,7 +112,7 @@ def informed_ratios(
         roi_target, budget = float(days.roi_target[i]), float(days.budget[i])
         totals = [
             budgeted_totals(
-                *slot_curves(DayIndex(generate_twin(entry.day, entry.split == "ood", generator, k))), budget
+                *slot_curves(DayIndex(generate_twin(entry.day, entry.split == "ood", generator, k, known))), budget
             )
             for k in range(twins)
         ]
