@@ -169,3 +169,13 @@ def test_the_informed_bidders_know_only_what_they_are_told(market: Market):
     everything, _ = headroom.informed_ratios(days, generator, 2)
     conversion_only, _ = headroom.informed_ratios(days, generator, 2, ("conversion",))
     assert not np.array_equal(everything[0.0], conversion_only[0.0])
+
+
+def test_signal_rates_count_what_a_ratio_wins(market: Market):
+    days, _ = split_days(market, "test", Setting.SC)
+    rates = headroom.signal_rates(days, np.full(len(days), 2.0))
+    won = [(2.0 * log.utility > log.market_price) for log in days.logs]
+    assert rates["wins_per_slot"] == pytest.approx(np.median([w.sum() / 48 for w in won]))
+    delivering = [(w & (log.delivery > 0)).sum() / 48 for w, log in zip(won, days.logs, strict=True)]
+    assert rates["delivering_wins_per_slot"] == pytest.approx(np.median(delivering))
+    assert 0 < rates["delivering_wins_per_slot"] < rates["wins_per_slot"]

@@ -40,7 +40,7 @@ import pandas as pd
 import typer
 from rich.progress import Progress
 
-from model.contract import Setting
+from model.contract import SLOTS_PER_DAY, Setting
 from model.roi import is_feasible
 from training.bidders.base import Bidder, play
 from training.bidders.pid import PID
@@ -126,6 +126,17 @@ def informed_ratios(
     return chosen, hindsight
 
 
+def signal_rates(days: DaySet, ratios: np.ndarray) -> dict[str, float]:
+    """Median over days of the wins and the delivering wins per slot at ``ratios`` (one per day): how fast what a
+    bidder wins reveals the market part of the regime (every win and loss) and its conversion part (deliveries)."""
+    wins, delivering = [], []
+    for log, ratio in zip(days.logs, ratios, strict=True):
+        won = ratio * log.utility > log.market_price  # the simulator's rule
+        wins.append(won.sum() / SLOTS_PER_DAY)
+        delivering.append((won & (log.delivery > 0)).sum() / SLOTS_PER_DAY)
+    return {"wins_per_slot": float(np.median(wins)), "delivering_wins_per_slot": float(np.median(delivering))}
+
+
 def play_rows(label_of: list[str], bidder: Bidder, days: DaySet) -> pd.DataFrame:
     """Play ``bidder`` on ``len(label_of)`` copies of the days at once (episode ``j * n + i``: copy j, day i)."""
     n = len(days)
@@ -177,6 +188,7 @@ def headroom(
         "twins": twins,
         "days": len(days),
         "known": list(known),
+        "at_hindsight_ratio": signal_rates(days, hindsight),
     }
     return episodes, summary, figures
 
@@ -292,6 +304,11 @@ def main(
     typer.echo("|:---|---:|---:|")
     for label, row in {**summary, **others}.items():
         typer.echo(f"| {label} | {row['ans_median']:.3f} | {row['csr']:.3f} |")
+    rates = figures["at_hindsight_ratio"]
+    typer.echo(
+        f"at the day's hindsight ratio, median per slot: {rates['wins_per_slot']:.1f} wins, "
+        f"{rates['delivering_wins_per_slot']:.1f} delivering"
+    )
     for kind in ("pid", "constant"):
         got = figures[kind]
         gain = "none with CSR >= PID's" if got["gain"] is None else f"{got['gain']:+.3f} ANS ({got['row']})"
