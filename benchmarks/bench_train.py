@@ -87,8 +87,9 @@ def time_agent(
     return statistics.median(per_update), statistics.median(per_collection)
 
 
-def time_selection(days: DaySet, streams: int, repeats: int, seed: int) -> float:
-    """Median seconds of model selection's play of the validation days with ``streams`` noise streams."""
+def time_selection(days: DaySet, streams: int, repeats: int, seed: int) -> tuple[float, int]:
+    """Median seconds of model selection's play of the validation days with ``streams`` noise streams, and how
+    many validation days that is."""
     config = SACConfig(algo="cbrl", seed=seed, controller=untuned_controller()).resolve(Setting.SC)
     agent = SACAgent(config)
     _, validation = split_validation(days, config.validation_fraction, config.validation_fold)
@@ -97,7 +98,7 @@ def time_selection(days: DaySet, streams: int, repeats: int, seed: int) -> float
         start = time.perf_counter()
         greedy_scores(agent, days, validation, streams)
         seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
+    return statistics.median(seconds), len(validation)
 
 
 def main() -> None:
@@ -118,8 +119,9 @@ def main() -> None:
             for name, (algo, residual) in VARIANTS.items()
         }
         many = SELECTION_SEEDS["sc"]
-        one_stream, many_streams = (time_selection(days, k, args.repeats, args.seed) for k in (1, many))
-        held_out = len(split_validation(days)[1])
+        (one_stream, held_out), (many_streams, _) = (
+            time_selection(days, k, args.repeats, args.seed) for k in (1, many)
+        )
     updates = SACConfig().updates_per_epoch
     print(f"\nmedian of {args.repeats} blocks of {args.updates} updates (batch 256) and of {args.repeats} collections;")
     print(f"an epoch = {updates} updates + one collection; x CRL: the ratio to plain SAC in the same run")

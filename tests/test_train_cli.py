@@ -486,5 +486,5 @@ def test_the_resume_tables_name_real_config_fields():
     kept = set(SELECTION_CHOICES) | set(TRAINING_CHOICES)
     assert kept <= {f.name for f in fields(SACConfig)}
     assert kept <= set(RESUMED_CHOICES)
-    assert SELECTION_CHOICES["selection_seeds"].recorded({}, "selection_seeds") == 1  # a run from before the option
-    assert SELECTION_CHOICES["selection_days"].recorded({"selection_days": "home"}, "selection_days") == "home"
+    assert SELECTION_CHOICES["selection_seeds"].recorded({}) == 1  # a run from before the option
+    assert SELECTION_CHOICES["selection_days"].recorded({"selection_days": "home"}) == "home"

@@ -15,6 +15,8 @@ from typing import Any
 class SelectionChoice:
     """A model-selection choice a resumed run must keep: its earlier epochs were scored with it."""
 
+    field: str
+    """The ``SACConfig`` field (and run.json config key) that holds it."""
     option: str
     """The ``rcb train`` option that sets it."""
     before_the_option: Any
@@ -22,15 +24,18 @@ class SelectionChoice:
     refusal: str
     """How a refusal names the run's choice (``{}`` is the value)."""
 
-    def recorded(self, config: dict[str, Any], key: str) -> Any:
+    def recorded(self, config: dict[str, Any]) -> Any:
         """The run's choice, read from its recorded config."""
-        return type(self.before_the_option)(config.get(key, self.before_the_option))
+        return type(self.before_the_option)(config.get(self.field, self.before_the_option))
 
 
 SELECTION_CHOICES: dict[str, SelectionChoice] = {
-    "validation_fold": SelectionChoice("--validation-fold", 0, "holds out validation fold {}"),
-    "selection_days": SelectionChoice("--selection-days", "all", "selects on {!r} days"),
-    "selection_seeds": SelectionChoice("--selection-seeds", 1, "selects on {} noise stream(s)"),
+    choice.field: choice
+    for choice in (
+        SelectionChoice("validation_fold", "--validation-fold", 0, "holds out validation fold {}"),
+        SelectionChoice("selection_days", "--selection-days", "all", "selects on {!r} days"),
+        SelectionChoice("selection_seeds", "--selection-seeds", 1, "selects on {} noise stream(s)"),
+    )
 }
 """Model selection's choices, by ``SACConfig`` field."""
 

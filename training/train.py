@@ -99,9 +99,9 @@ def run_training(
         if bool(previous["config"].get("residual", TRAINING_CHOICES["residual"])) != config.residual:
             kind = "a residual" if config.residual else "a non-residual"
             raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
-        for key, choice in SELECTION_CHOICES.items():
-            kept = choice.recorded(previous["config"], key)
-            if kept != getattr(config, key):
+        for choice in SELECTION_CHOICES.values():
+            kept = choice.recorded(previous["config"])
+            if kept != getattr(config, choice.field):
                 raise RunError(f"{out} {choice.refusal.format(kept)}; resume it with {choice.option} {kept}")
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
