@@ -122,7 +122,7 @@ def test_an_imported_or_edited_market_is_refused(market: Market, tmp_path: Path)
 def test_the_command_writes_its_table_plot_and_refuses_learned_rows_of_other_days(market: Market, tmp_path: Path):
     app = typer.Typer(add_completion=False)
     app.command()(headroom.main)
-    runner = CliRunner()
+    runner = CliRunner(env={"COLUMNS": "250"})  # one line per error message, whatever the terminal
     out = tmp_path / "out"
     result = runner.invoke(app, [str(market.root), "--split", "test", "--twins", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -136,6 +136,8 @@ def test_the_command_writes_its_table_plot_and_refuses_learned_rows_of_other_day
     elsewhere.to_csv(tmp_path / "ood.csv", index=False)
     result = runner.invoke(app, [str(market.root), "--twins", "1", "--learned", f"pid@{tmp_path / 'ood.csv'}"])
     assert result.exit_code == 2 and "other days" in result.output
+    result = runner.invoke(app, [str(market.root), "--twins", "1", "--learned", f"cbrl@{tmp_path / 'ood.csv'}"])
+    assert result.exit_code == 2 and "methods there: pid" in result.output
     result = runner.invoke(app, [str(market.root), "--twins", "1", "--json", "--learned", f"rm@{out / 'episodes.csv'}"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["learned"]["rm"]["ans_median"] == pytest.approx(

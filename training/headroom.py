@@ -224,7 +224,8 @@ def learned_points(specs: list[tuple[str, Path]], played_days: set[int]) -> dict
             raise typer.BadParameter(f"{path}: cannot read episodes ({exc})") from None
         rows = episodes[episodes["method"] == method] if "method" in episodes else episodes.iloc[:0]
         if rows.empty:
-            raise typer.BadParameter(f"{path}: no episodes of {method!r}")
+            there = ", ".join(map(str, episodes["method"].unique())) if "method" in episodes else "none"
+            raise typer.BadParameter(f"{path}: no episodes of {method!r} (methods there: {there})")
         if set(rows["day"]) != played_days:
             raise typer.BadParameter(f"{path}: {method!r} was played on other days than this split's")
         out[method] = summarize(rows, [method])[method]
