@@ -239,7 +239,7 @@ def plot(summary: dict[str, dict[str, Any]], learned: dict[str, dict[str, Any]],
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    fig, ax = plt.subplots(figsize=(8.2, 4.6))
     for kind, style in (("pid", "o-"), ("constant", "s--")):
         rows = [summary[informed(kind, m)] for m in MARGINS]
         ax.plot([r["csr"] for r in rows], [r["ans_median"] for r in rows], style, label=f"informed {kind} (m = 0..0.3)")
@@ -255,7 +255,7 @@ def plot(summary: dict[str, dict[str, Any]], learned: dict[str, dict[str, Any]],
     ax.set_xlabel("CSR")
     ax.set_ylabel("ANS (median over seeds)")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
