@@ -127,7 +127,7 @@ def test_the_command_writes_its_table_plot_and_refuses_learned_rows_of_other_day
     result = runner.invoke(app, [str(market.root), "--split", "test", "--twins", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "headroom, informed pid" in result.output
-    assert {p.name for p in out.iterdir()} == {"episodes.csv", "headroom.json", "headroom.png"}
+    assert {p.name for p in out.iterdir()} == {"episodes.csv", "headroom.json", "headroom.png", "by-slot.png"}
     saved = json.loads((out / "headroom.json").read_text())
     assert saved["figures"]["days"] == len(market.split("test"))
 
@@ -181,3 +181,37 @@ def test_signal_rates_count_what_a_ratio_wins(market: Market):
     delivering = [(w & (log.delivery > 0)).sum() / 48 for w, log in zip(won, days.logs, strict=True)]
     assert rates["delivering_wins_per_slot"] == pytest.approx(np.median(delivering))
     assert 0 < rates["delivering_wins_per_slot"] < rates["wins_per_slot"]
+
+
+def test_learning_the_regime_at_slot_0_is_the_informed_constant_and_later_is_the_pid_before(market: Market):
+    episodes, _, figures = headroom.headroom(market.root, Setting.SC, "test", twins=2, from_slots=(0, 24))
+    by = {m: rows.sort_values("day") for m, rows in episodes.groupby("method")}
+    for m in headroom.MARGINS:
+        now, constant = by[headroom.informed_from(0, m)], by[headroom.informed("constant", m)]
+        assert np.array_equal(now["delivery"].to_numpy(), constant["delivery"].to_numpy())
+    # Told at slot 24, the day is the PID's until then and differs after.
+    days, _ = split_days(market, "test", Setting.SC)
+    late = by[headroom.informed_from(24, 0.0)]
+    assert not np.array_equal(late["delivery"].to_numpy(), by["pid"]["delivery"].to_numpy())
+    pid, _ = headroom.tuned_baseline(market, "pid", Setting.SC, lambda: days)
+    from training.bidders.base import play
+
+    outcome = play(
+        headroom.SwitchAt(pid, np.full(len(days), 4.0), np.full(len(days), 48)),
+        days.indexes(),
+        days.episode_days(),
+        days.registration(),
+        0,
+    )
+    assert np.allclose(outcome.delivery, by["pid"]["delivery"].to_numpy())  # never told: the PID itself
+    assert set(figures["from_slot"]) == {"0", "24"}
+    assert figures["from_slot"]["0"]["gain"] == figures["constant"]["gain"]
+
+
+def test_from_slots_are_checked_before_any_work(market: Market):
+    app = typer.Typer(add_completion=False)
+    app.command()(headroom.main)
+    runner = CliRunner(env={"COLUMNS": "250"})
+    for bad in ("3,x", "0,48"):
+        result = runner.invoke(app, [str(market.root), "--from-slots", bad])
+        assert result.exit_code == 2 and "--from-slots" in result.output

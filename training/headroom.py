@@ -13,6 +13,8 @@ the day's regime, fresh impressions) stand for what the regime lets one expect:
   twins, counting a twin's delivery only where its ROI reaches ``L * (1 + m)`` (and its budget, spent slot by
   slot, lasts; a slot's last share pro rata);
 * ``informed-pid@m``: the tuned PID (the bar's reference) started at that ratio instead of its tuned one;
+* ``informed-from-t@m``: the tuned PID until slot ``t``, then ``informed-constant@m``: the regime learned at slot
+  ``t`` (``--from-slots``), an upper reference for a campaign that can only learn it from its own stats by then;
 * ``hindsight-constant``: the day's own best constant ratio (it knows the impressions' luck too);
 * ``pid`` and ``rm``, tuned on the train days as ``rcb evaluate`` tunes them.
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -41,6 +43,7 @@ import typer
 from rich.progress import Progress
 
 from model.contract import SLOTS_PER_DAY, Setting
+from model.history import History, Registration
 from model.roi import is_feasible
 from training.bidders.base import Bidder, play
 from training.bidders.pid import PID
@@ -51,18 +54,44 @@ from training.market.dataset import Market, MarketError
 from training.market.generator import REGIME_PARTS, MarketConfig, generate_day, generate_twin
 from training.oracle import ORACLE_GRID
 from training.oracle.oracles import slot_curves
-from training.simulator import DayIndex
+from training.simulator import DayIndex, SlotResult
 
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3)
 """ROI margins of the informed rows: the ratio is chosen for ``L * (1 + m)`` on the twins (a CSR-ANS frontier)."""
 TWINS = 8
 """Twin days per played day."""
+FROM_SLOTS = (0, 3, 8, 16, 24, 33, 40)
+"""Slots at which ``informed-from`` rows are told the regime (the PID bids before)."""
 REFERENCE = "pid"
 SPLITS = ("train", "test", "ood")
 
 
 def informed(kind: str, margin: float) -> str:
     return f"informed-{kind}@{margin:g}"
+
+
+def informed_from(slot: int, margin: float) -> str:
+    return f"informed-from-{slot}@{margin:g}"
+
+
+class SwitchAt(Bidder):
+    """The PID until slot ``switch``, then a constant ratio: what the day's regime is worth when it is learned then."""
+
+    name: ClassVar[str] = "informed-from"
+    deterministic: ClassVar[bool] = True  # type: ignore[misc]
+
+    def __init__(self, before: PID, ratio: np.ndarray, switch: np.ndarray):
+        self.before, self.ratio, self.switch = before, np.asarray(ratio, float), np.asarray(switch, int)
+
+    def start(self, registration: Registration, seed: int) -> None:
+        self.before.start(registration, seed)
+
+    def bid(self, history: History) -> np.ndarray:
+        controlled = self.before.bid(history)  # always asked, so its state runs on as the PID's would
+        return np.where(history.slot >= self.switch, self.ratio, controlled)
+
+    def on_result(self, history: History, result: SlotResult) -> None:
+        self.before.on_result(history, result)
 
 
 def budgeted_totals(delivery: np.ndarray, cost: np.ndarray, budget: float) -> tuple[np.ndarray, np.ndarray]:
@@ -157,9 +186,11 @@ def headroom(
     twins: int = TWINS,
     known: tuple[str, ...] = tuple(REGIME_PARTS),
     progress: Progress | None = None,
+    from_slots: tuple[int, ...] = FROM_SLOTS,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], dict[str, Any]]:
     """The episodes, the summary (``training.evaluate.summarize`` per row) and the headroom figures; the informed
-    bidders know the ``known`` parts of each day's regime (:data:`training.market.generator.REGIME_PARTS`)."""
+    bidders know the ``known`` parts of each day's regime (:data:`training.market.generator.REGIME_PARTS`), the
+    ``informed-from`` rows from each of ``from_slots`` on."""
     if split not in SPLITS:
         raise EvaluationError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     market = Market.open(data)
@@ -178,6 +209,11 @@ def headroom(
     frames.append(play_rows([informed("constant", m) for m in MARGINS], ConstantRatio(stacked), days))
     gains = {k: np.broadcast_to(v, stacked.shape) for k, v in pid.gains.items()} | {"initial_ratio": stacked}
     frames.append(play_rows([informed("pid", m) for m in MARGINS], PID(pid.profile, **gains), days))
+    if from_slots:
+        n = len(days)
+        switch = np.repeat(np.asarray(from_slots), len(MARGINS) * n)
+        late = SwitchAt(PID(pid.profile, **pid.gains), np.tile(stacked, len(from_slots)), switch)
+        frames.append(play_rows([informed_from(t, m) for t in from_slots for m in MARGINS], late, days))
     episodes = pd.concat(frames, ignore_index=True)
     methods = list(dict.fromkeys(episodes["method"]))
     summary = summarize(episodes, methods)
@@ -189,6 +225,7 @@ def headroom(
         "days": len(days),
         "known": list(known),
         "at_hindsight_ratio": signal_rates(days, hindsight),
+        "from_slot": {str(t): frontier_gain(summary, [informed_from(t, m) for m in MARGINS]) for t in from_slots},
     }
     return episodes, summary, figures
 
@@ -261,6 +298,30 @@ def plot(summary: dict[str, dict[str, Any]], learned: dict[str, dict[str, Any]],
     plt.close(fig)
 
 
+def plot_by_slot(curves: dict[str, dict[str, Any]], title: str, path: Path) -> None:
+    """U(t), the best ``informed-from-t`` gain over the PID at CSR >= PID's, against ``t``: one line per run's
+    figures (``headroom.json``'s ``figures``); a margin with no row reaching the PID's CSR is drawn as a gap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.8, 4.2))
+    for label, figures in curves.items():
+        slots = sorted(figures["from_slot"], key=int)
+        gains = [figures["from_slot"][t]["gain"] for t in slots]
+        ax.plot([int(t) for t in slots], [np.nan if g is None else g for g in gains], "o-", label=label)
+    ax.axhline(0.03, color="k", lw=0.8, ls=(0, (1, 3)), label="bar: PID + 0.03")
+    ax.axhline(0.0, color="grey", lw=0.6)
+    ax.set_xlabel("slot t at which the day's regime is told (PID before)")
+    ax.set_ylabel("best ANS gain over PID at CSR >= PID's")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(
     data: Annotated[Path, typer.Argument(help="A generated market directory (rcb market generate).")],
     setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.SC,
@@ -274,8 +335,17 @@ def main(
         list[str] | None,
         typer.Option(help="Parts of the regime the informed bidders know (repeat): market, conversion. Default: all."),
     ] = None,
+    from_slots: Annotated[
+        str, typer.Option(help="Slots at which the informed-from rows learn the regime, comma-separated ('' for none).")
+    ] = ",".join(map(str, FROM_SLOTS)),
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
+    try:
+        slots = tuple(int(x) for x in from_slots.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"--from-slots {from_slots!r}: expected slot numbers like 0,8,24") from None
+    if any(not 0 <= t < SLOTS_PER_DAY for t in slots):
+        raise typer.BadParameter(f"--from-slots {from_slots!r}: slots run from 0 to {SLOTS_PER_DAY - 1}")
     known = tuple(dict.fromkeys(know)) if know else tuple(REGIME_PARTS)
     if set(known) - set(REGIME_PARTS):
         raise typer.BadParameter(f"--know {', '.join(known)}: expected parts among {', '.join(REGIME_PARTS)}")
@@ -287,7 +357,7 @@ def main(
             raise typer.BadParameter(f"--out {out}: {exc.strerror or exc}") from None
     try:
         with Progress(transient=True, disable=as_json) as progress:
-            episodes, summary, figures = headroom(data, setting, split, twins, known, progress)
+            episodes, summary, figures = headroom(data, setting, split, twins, known, progress, slots)
     except (EvaluationError, MarketError) as exc:
         raise typer.BadParameter(str(exc)) from None
     others = learned_points(wanted, set(episodes["day"]))
@@ -297,6 +367,12 @@ def main(
         (out / "headroom.json").write_text(json.dumps(result, indent=1, default=float))
         title = f"{data.name} {setting} {split}: what knowing the day's regime is worth"
         plot(summary, others, title, out / "headroom.png")
+        if slots:
+            plot_by_slot(
+                {f"{data.name} {split}": figures},
+                f"{data.name} {setting}: the regime learned at slot t",
+                out / "by-slot.png",
+            )
     if as_json:
         typer.echo(json.dumps(result, default=float))
         return
@@ -310,6 +386,9 @@ def main(
         f"at the day's hindsight ratio, median per slot: {rates['wins_per_slot']:.1f} wins, "
         f"{rates['delivering_wins_per_slot']:.1f} delivering"
     )
+    for t, got in figures["from_slot"].items():
+        gain = "none with CSR >= PID's" if got["gain"] is None else f"{got['gain']:+.3f} ANS ({got['row']})"
+        typer.echo(f"headroom, told at slot {t}: {gain}")
     for kind in ("pid", "constant"):
         got = figures[kind]
         gain = "none with CSR >= PID's" if got["gain"] is None else f"{got['gain']:+.3f} ANS ({got['row']})"
