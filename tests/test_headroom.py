@@ -152,9 +152,11 @@ def test_a_twin_told_part_of_the_regime_draws_the_rest_from_the_family(monkeypat
     _, regime = generate_day(5, True, config)
     seen: list[dict] = []
     monkeypatch.setattr(generator, "draw_impressions", lambda day, rng, regime, config: seen.append(regime))
-    for known in (("market", "conversion"), ("conversion",), ("market",)):
+    for known in (("market", "conversion"), ("conversion",), ("market",), ()):
         generate_twin(5, True, config, 0, known)
-    everything, conversion_only, market_only = seen
+    everything, conversion_only, market_only, family_only = seen
+    assert family_only["conversion_scale"] != regime["conversion_scale"]
+    assert family_only["log_price_path"] != regime["log_price_path"]
     assert everything == regime
     assert conversion_only["conversion_scale"] == regime["conversion_scale"]
     assert conversion_only["log_price_path"] != regime["log_price_path"]
@@ -215,3 +217,16 @@ def test_from_slots_are_checked_before_any_work(market: Market):
     for bad in ("3,x", "0,48"):
         result = runner.invoke(app, [str(market.root), "--from-slots", bad])
         assert result.exit_code == 2 and "--from-slots" in result.output
+    result = runner.invoke(app, [str(market.root), "--know", "family", "--know", "market"])
+    assert result.exit_code == 2 and "or family alone" in result.output
+
+
+def test_told_only_the_family_the_twins_are_other_days(market: Market):
+    app = typer.Typer(add_completion=False)
+    app.command()(headroom.main)
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(
+        app, [str(market.root), "--know", "family", "--twins", "2", "--from-slots", "", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)["figures"]
+    assert figures["known"] == [] and figures["from_slot"] == {}

@@ -63,6 +63,8 @@ TWINS = 8
 FROM_SLOTS = (0, 3, 8, 16, 24, 33, 40)
 """Slots at which ``informed-from`` rows are told the regime (the PID bids before)."""
 REFERENCE = "pid"
+FAMILY_ONLY = "family"
+"""``--know family``: twins are other days of the day's family (ID or OOD): no part of the day's own regime."""
 SPLITS = ("train", "test", "ood")
 
 
@@ -333,7 +335,10 @@ def main(
     ] = None,
     know: Annotated[
         list[str] | None,
-        typer.Option(help="Parts of the regime the informed bidders know (repeat): market, conversion. Default: all."),
+        typer.Option(
+            help="Parts of the regime the informed bidders know (repeat): market, conversion; 'family' alone: none, "
+            "only which family the day's regime is drawn from. Default: all."
+        ),
     ] = None,
     from_slots: Annotated[
         str, typer.Option(help="Slots at which the informed-from rows learn the regime, comma-separated ('' for none).")
@@ -347,8 +352,12 @@ def main(
     if any(not 0 <= t < SLOTS_PER_DAY for t in slots):
         raise typer.BadParameter(f"--from-slots {from_slots!r}: slots run from 0 to {SLOTS_PER_DAY - 1}")
     known = tuple(dict.fromkeys(know)) if know else tuple(REGIME_PARTS)
+    if known == (FAMILY_ONLY,):
+        known = ()
     if set(known) - set(REGIME_PARTS):
-        raise typer.BadParameter(f"--know {', '.join(known)}: expected parts among {', '.join(REGIME_PARTS)}")
+        raise typer.BadParameter(
+            f"--know {', '.join(known)}: expected parts among {', '.join(REGIME_PARTS)}, or {FAMILY_ONLY} alone"
+        )
     wanted = parse_learned(learned or [])
     if out is not None:
         try:
@@ -376,7 +385,8 @@ def main(
     if as_json:
         typer.echo(json.dumps(result, default=float))
         return
-    typer.echo(f"{data} {split} {setting}: {figures['days']} days, {twins} twins a day, knowing {', '.join(known)}")
+    told = ", ".join(known) or "the family only"
+    typer.echo(f"{data} {split} {setting}: {figures['days']} days, {twins} twins a day, knowing {told}")
     typer.echo("| row | ANS | CSR |")
     typer.echo("|:---|---:|---:|")
     for label, row in {**summary, **others}.items():
