@@ -230,3 +230,12 @@ def test_told_only_the_family_the_twins_are_other_days(market: Market):
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output)["figures"]
     assert figures["known"] == [] and figures["from_slot"] == {}
+
+
+def test_another_first_twin_is_another_set_of_twins(market: Market):
+    days, _ = split_days(market, "test", Setting.SC)
+    generator = headroom.check_generated(market, days)
+    first, _ = headroom.informed_ratios(days, generator, 1)
+    other, _ = headroom.informed_ratios(days, generator, 1, first_twin=5)
+    again, _ = headroom.informed_ratios(days, generator, 1, first_twin=5)
+    assert np.array_equal(other[0.0], again[0.0]) and not np.array_equal(first[0.0], other[0.0])

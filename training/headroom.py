@@ -134,9 +134,10 @@ def informed_ratios(
     twins: int,
     known: tuple[str, ...] = tuple(REGIME_PARTS),
     tick: Callable[[], None] | None = None,
+    first_twin: int = 0,
 ) -> tuple[dict[float, np.ndarray], np.ndarray]:
-    """Per margin, each day's informed constant ratio (chosen on its twins, which keep the ``known`` parts of the
-    day's regime); and each day's hindsight one."""
+    """Per margin, each day's informed constant ratio (chosen on its twins ``first_twin .. first_twin + twins - 1``,
+    which keep the ``known`` parts of the day's regime); and each day's hindsight one."""
     chosen = {m: np.empty(len(days)) for m in MARGINS}
     hindsight = np.empty(len(days))
     for i, entry in enumerate(days.entries):
@@ -145,7 +146,7 @@ def informed_ratios(
             budgeted_totals(
                 *slot_curves(DayIndex(generate_twin(entry.day, entry.split == "ood", generator, k, known))), budget
             )
-            for k in range(twins)
+            for k in range(first_twin, first_twin + twins)
         ]
         delivery, cost = np.stack([d for d, _ in totals]), np.stack([c for _, c in totals])
         for m in MARGINS:
@@ -189,6 +190,7 @@ def headroom(
     known: tuple[str, ...] = tuple(REGIME_PARTS),
     progress: Progress | None = None,
     from_slots: tuple[int, ...] = FROM_SLOTS,
+    first_twin: int = 0,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], dict[str, Any]]:
     """The episodes, the summary (``training.evaluate.summarize`` per row) and the headroom figures; the informed
     bidders know the ``known`` parts of each day's regime (:data:`training.market.generator.REGIME_PARTS`), the
@@ -200,7 +202,12 @@ def headroom(
     generator = check_generated(market, days)
     task = progress.add_task(f"twins ({twins} a day)", total=len(days)) if progress else None
     chosen, hindsight = informed_ratios(
-        days, generator, twins, known, (lambda: progress.advance(task)) if progress and task is not None else None
+        days,
+        generator,
+        twins,
+        known,
+        (lambda: progress.advance(task)) if progress and task is not None else None,
+        first_twin,
     )
     pid, _ = tuned_baseline(market, REFERENCE, setting, train)
     rm, _ = tuned_baseline(market, "rm", setting, train)
@@ -224,6 +231,7 @@ def headroom(
         "split": split,
         "setting": str(setting),
         "twins": twins,
+        "first_twin": first_twin,
         "days": len(days),
         "known": list(known),
         "at_hindsight_ratio": signal_rates(days, hindsight),
@@ -329,6 +337,9 @@ def main(
     setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.SC,
     split: Annotated[str, typer.Option(help="train, test or ood.")] = "test",
     twins: Annotated[int, typer.Option(min=1, help="Twin days per played day.")] = TWINS,
+    first_twin: Annotated[
+        int, typer.Option(min=0, help="Index of the first twin stream: another set of twins, to see their spread.")
+    ] = 0,
     out: Annotated[Path | None, typer.Option(help="Folder for headroom.json, episodes.csv and headroom.png.")] = None,
     learned: Annotated[
         list[str] | None, typer.Option(help="METHOD@EPISODES_CSV from rcb evaluate, drawn beside (repeat).")
@@ -366,7 +377,7 @@ def main(
             raise typer.BadParameter(f"--out {out}: {exc.strerror or exc}") from None
     try:
         with Progress(transient=True, disable=as_json) as progress:
-            episodes, summary, figures = headroom(data, setting, split, twins, known, progress, slots)
+            episodes, summary, figures = headroom(data, setting, split, twins, known, progress, slots, first_twin)
     except (EvaluationError, MarketError) as exc:
         raise typer.BadParameter(str(exc)) from None
     others = learned_points(wanted, set(episodes["day"]))
