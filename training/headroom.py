@@ -1,13 +1,14 @@
-"""What knowing the day's regime is worth: an upper reference for posterior inference on a generated market.
+"""What knowing the day's regime is worth: a reference for posterior inference on a generated market.
 
 CBRL's posterior infers the day's latent market regime from what a campaign has won so far, and its policy
 (by default a residual on the tuned PID) bids on that belief. How much could such inference gain at most on
 a market? This tool tells bidders the **regime** of each day they play, everything the generator drew for
 the day (price level and intraday path, conversion scale, traffic scale, shocks) except the impression-level
 draws, and plays them on the real days beside the PID. The regime holds the slots still to come, so it is
-more than any causal posterior can learn: a gain these bidders cannot reach is out of a posterior's reach
-too (for bidders of their form). Per day, ``twins`` twin days (:func:`training.market.generator.generate_twin`:
-the day's regime, fresh impressions) stand for what the regime lets one expect:
+more than any causal posterior can learn (though a closed-loop learner may still beat these open-loop forms: on
+one suite market the CBRL ensemble did). Per day, ``twins`` twin days (64 by default;
+:func:`training.market.generator.generate_twin`: the day's regime, fresh impressions) stand for what the regime lets
+one expect:
 
 * ``informed-constant@m``: the constant ratio of ``ORACLE_GRID`` with the most delivery on average over the
   twins, counting a twin's delivery only where its ROI reaches ``L * (1 + m)`` (and its budget, spent slot by
@@ -27,7 +28,8 @@ themselves, an upper reference, not a bidder::
     python -m training.headroom data/suite/sparse --setting sc --split test --out out/headroom/sparse-test
 
 Generated markets only (the manifest's ``source.config`` must redraw the stored days; imported logs have no
-regime to tell). Deterministic: twin ``k`` of day ``d`` is ``default_rng([seed, d, 2, k])``.
+regime to tell). Deterministic: twin ``k`` of day ``d`` is ``default_rng([seed, d, 2, k])`` (``--first-twin``
+shifts ``k``: another set of twins, to see how much the informed rows move with them).
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ from training.simulator import DayIndex, SlotResult
 
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3)
 """ROI margins of the informed rows: the ratio is chosen for ``L * (1 + m)`` on the twins (a CSR-ANS frontier)."""
-TWINS = 8
-"""Twin days per played day."""
+TWINS = 64
+"""Twin days per played day. 8 were too few on the ``sparse`` market: over eight disjoint sets of 8 twins the
+informed constant ratio's gain over PID on its test days ranged from +0.009 to +0.059; 64 gave +0.028 (RESULTS.md,
+session 22). The cost grows with it: 64 twins of a 200,000-impression day took 2.4 s here (AMD EPYC, one core)."""
 FROM_SLOTS = (0, 3, 8, 16, 24, 33, 40)
 """Slots at which ``informed-from`` rows are told the regime (the PID bids before)."""
 REFERENCE = "pid"
