@@ -113,6 +113,10 @@ def test_an_imported_or_edited_market_is_refused(market: Market, tmp_path: Path)
     (copy / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(EvaluationError, match="not what the manifest's generator config draws"):
         headroom.headroom(copy, Setting.SC, "test", twins=1)
+    manifest["source"]["config"] = {**manifest["source"]["config"], "seed": 3, "new_knob": 1}
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(EvaluationError, match="not one this version reads"):
+        headroom.headroom(copy, Setting.SC, "test", twins=1)
     manifest["source"] = {"kind": "import"}
     (copy / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(EvaluationError, match="not a generated market"):

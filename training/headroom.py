@@ -121,10 +121,16 @@ def best_constant(delivery: np.ndarray, cost: np.ndarray, roi_target: float, mar
 
 def check_generated(market: Market, days: DaySet) -> MarketConfig:
     """The generator config that drew ``market``; refuses a market whose stored days it does not redraw."""
-    config = (market.source or {}).get("config")
-    if market.source.get("kind") != "synthetic" or not isinstance(config, dict):
+    source = market.source or {}
+    config = source.get("config")
+    if source.get("kind") != "synthetic" or not isinstance(config, dict):
         raise EvaluationError(f"{market.root}: not a generated market (no generator config to redraw its regimes from)")
-    generator = MarketConfig.from_dict(config)
+    try:
+        generator = MarketConfig.from_dict(config)
+    except (TypeError, ValueError) as exc:
+        raise EvaluationError(
+            f"{market.root}: the manifest's generator config is not one this version reads ({exc})"
+        ) from None
     entry, stored = days.entries[0], days.logs[0]
     redrawn, _ = generate_day(entry.day, entry.split == "ood", generator)
     if not (np.array_equal(redrawn.utility, stored.utility) and np.array_equal(redrawn.delivery, stored.delivery)):
