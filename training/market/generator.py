@@ -21,7 +21,9 @@ The regime persists through the day, so a bidder that infers it from what it has
 can beat one that does not. Regimes are written to the manifest for analysis, never as features.
 
 Determinism: day ``k`` of seed ``s`` draws from ``numpy.random.default_rng([s, k])`` alone, so a day
-is the same whatever the worker count or the number of other days.
+is the same whatever the worker count or the number of other days. A *twin* of a day (:func:`generate_twin`) keeps
+its regime and redraws its impressions from ``default_rng([s, k, TWIN_STREAM, j])``: what the regime alone lets one
+expect of the day (``training/headroom.py``).
 """
 
 from __future__ import annotations
