@@ -243,3 +243,12 @@ def test_another_first_twin_is_another_set_of_twins(market: Market):
     other, _ = headroom.informed_ratios(days, generator, 1, first_twin=5)
     again, _ = headroom.informed_ratios(days, generator, 1, first_twin=5)
     assert np.array_equal(other[0.0], again[0.0]) and not np.array_equal(first[0.0], other[0.0])
+
+
+def test_twins_drawn_in_worker_processes_give_the_same_ratios(market: Market):
+    days, _ = split_days(market, "test", Setting.SC)
+    generator = headroom.check_generated(market, days)
+    alone, hindsight = headroom.informed_ratios(days, generator, 2)
+    pooled, again = headroom.informed_ratios(days, generator, 2, workers=2)
+    assert all(np.array_equal(alone[m], pooled[m]) for m in headroom.MARGINS)
+    assert np.array_equal(hindsight, again)

@@ -34,8 +34,12 @@ shifts ``k``: another set of twins, to see how much the informed rows move with 
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -63,7 +67,8 @@ MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3)
 TWINS = 64
 """Twin days per played day. 8 were too few on the ``sparse`` market: over eight disjoint sets of 8 twins the
 informed constant ratio's gain over PID on its test days ranged from +0.009 to +0.059; 64 gave +0.028 (RESULTS.md,
-session 22). The cost grows with it: 64 twins of a 200,000-impression day took 2.4 s here (AMD EPYC, one core)."""
+session 22). The cost grows with it: 64 twins of a 200,000-impression day took 2.4 s here (AMD EPYC, one core);
+``--workers`` spreads the days over processes (BENCHMARKS.md)."""
 FROM_SLOTS = (0, 3, 8, 16, 24, 33, 40)
 """Slots at which ``informed-from`` rows are told the regime (the PID bids before)."""
 REFERENCE = "pid"
@@ -138,6 +143,20 @@ def check_generated(market: Market, days: DaySet) -> MarketConfig:
     return generator
 
 
+def twin_totals(
+    day: int, ood: bool, generator: MarketConfig, twins: range, known: tuple[str, ...], budget: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(K, G)`` day totals (delivery, cost) of each constant ratio of ``ORACLE_GRID`` on each twin of a day."""
+    totals = [
+        budgeted_totals(*slot_curves(DayIndex(generate_twin(day, ood, generator, k, known))), budget) for k in twins
+    ]
+    return np.stack([d for d, _ in totals]), np.stack([c for _, c in totals])
+
+
+def _twin_totals(args: tuple[int, bool, MarketConfig, range, tuple[str, ...], float]) -> tuple[np.ndarray, np.ndarray]:
+    return twin_totals(*args)
+
+
 def informed_ratios(
     days: DaySet,
     generator: MarketConfig,
@@ -145,26 +164,34 @@ def informed_ratios(
     known: tuple[str, ...] = tuple(REGIME_PARTS),
     tick: Callable[[], None] | None = None,
     first_twin: int = 0,
+    workers: int = 1,
 ) -> tuple[dict[float, np.ndarray], np.ndarray]:
     """Per margin, each day's informed constant ratio (chosen on its twins ``first_twin .. first_twin + twins - 1``,
-    which keep the ``known`` parts of the day's regime); and each day's hindsight one."""
+    which keep the ``known`` parts of the day's regime); and each day's hindsight one. ``workers`` > 1 draws the
+    days' twins in that many processes (the same answer)."""
     chosen = {m: np.empty(len(days)) for m in MARGINS}
     hindsight = np.empty(len(days))
-    for i, entry in enumerate(days.entries):
-        roi_target, budget = float(days.roi_target[i]), float(days.budget[i])
-        totals = [
-            budgeted_totals(
-                *slot_curves(DayIndex(generate_twin(entry.day, entry.split == "ood", generator, k, known))), budget
+    jobs = [
+        (e.day, e.split == "ood", generator, range(first_twin, first_twin + twins), known, float(days.budget[i]))
+        for i, e in enumerate(days.entries)
+    ]
+    with contextlib.ExitStack() as stack:
+        if workers > 1:
+            # spawn, as the generator does: a forked child inherits HiGHS's thread pool without its threads
+            pool = stack.enter_context(
+                ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
             )
-            for k in range(first_twin, first_twin + twins)
-        ]
-        delivery, cost = np.stack([d for d, _ in totals]), np.stack([c for _, c in totals])
-        for m in MARGINS:
-            chosen[m][i] = best_constant(delivery, cost, roi_target, m)
-        own = budgeted_totals(*slot_curves(DayIndex(days.logs[i])), budget)
-        hindsight[i] = best_constant(own[0][None], own[1][None], roi_target, 0.0)
-        if tick:
-            tick()
+            results: Iterator[tuple[np.ndarray, np.ndarray]] = pool.map(_twin_totals, jobs)
+        else:
+            results = map(_twin_totals, jobs)
+        for i, (delivery, cost) in enumerate(results):
+            roi_target, budget = float(days.roi_target[i]), float(days.budget[i])
+            for m in MARGINS:
+                chosen[m][i] = best_constant(delivery, cost, roi_target, m)
+            own = budgeted_totals(*slot_curves(DayIndex(days.logs[i])), budget)
+            hindsight[i] = best_constant(own[0][None], own[1][None], roi_target, 0.0)
+            if tick:
+                tick()
     return chosen, hindsight
 
 
@@ -201,6 +228,7 @@ def headroom(
     progress: Progress | None = None,
     from_slots: tuple[int, ...] = FROM_SLOTS,
     first_twin: int = 0,
+    workers: int = 1,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], dict[str, Any]]:
     """The episodes, the summary (``training.evaluate.summarize`` per row) and the headroom figures; the informed
     bidders know the ``known`` parts of each day's regime (:data:`training.market.generator.REGIME_PARTS`), the
@@ -218,6 +246,7 @@ def headroom(
         known,
         (lambda: progress.advance(task)) if progress and task is not None else None,
         first_twin,
+        workers,
     )
     pid, _ = tuned_baseline(market, REFERENCE, setting, train)
     rm, _ = tuned_baseline(market, "rm", setting, train)
@@ -350,6 +379,7 @@ def main(
     first_twin: Annotated[
         int, typer.Option(min=0, help="Index of the first twin stream: another set of twins, to see their spread.")
     ] = 0,
+    workers: Annotated[int, typer.Option(min=0, help="Processes drawing the twins (0: one per CPU).")] = 0,
     out: Annotated[Path | None, typer.Option(help="Folder for headroom.json, episodes.csv and headroom.png.")] = None,
     learned: Annotated[
         list[str] | None, typer.Option(help="METHOD@EPISODES_CSV from rcb evaluate, drawn beside (repeat).")
@@ -387,7 +417,9 @@ def main(
             raise typer.BadParameter(f"--out {out}: {exc.strerror or exc}") from None
     try:
         with Progress(transient=True, disable=as_json) as progress:
-            episodes, summary, figures = headroom(data, setting, split, twins, known, progress, slots, first_twin)
+            episodes, summary, figures = headroom(
+                data, setting, split, twins, known, progress, slots, first_twin, workers or os.cpu_count() or 1
+            )
     except (EvaluationError, MarketError) as exc:
         raise typer.BadParameter(str(exc)) from None
     others = learned_points(wanted, set(episodes["day"]))
