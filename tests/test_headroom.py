@@ -159,6 +159,7 @@ def test_a_twin_told_part_of_the_regime_draws_the_rest_from_the_family(monkeypat
     for known in (("market", "conversion"), ("conversion",), ("market",), ()):
         generate_twin(5, True, config, 0, known)
     everything, conversion_only, market_only, family_only = seen
+    assert sorted(f for part in generator.REGIME_PARTS.values() for f in part) == sorted(regime)  # every field, once
     assert family_only["conversion_scale"] != regime["conversion_scale"]
     assert family_only["log_price_path"] != regime["log_price_path"]
     assert everything == regime

@@ -200,7 +200,7 @@ def _float32_exact(x: np.ndarray) -> np.ndarray:
 
 
 TWIN_STREAM = 2
-"""Third word of a twin day's seed (``[seed, day, TWIN_STREAM, twin]``); 1 is the paper recipe's constraints'."""
+"""Third word of a twin day's seed (``[seed, day, TWIN_STREAM, twin]``); 1 is the paper recipe's constraint stream."""
 
 
 def generate_day(day: int, ood: bool, config: MarketConfig) -> tuple[DayLog, dict[str, Any]]:
