@@ -16,7 +16,8 @@ one expect:
 * ``informed-pid@m``: the tuned PID (the bar's reference) started at that ratio instead of its tuned one;
 * ``informed-from-t@m``: the tuned PID until slot ``t``, then ``informed-constant@m``: the regime learned at slot
   ``t`` (``--from-slots``), an upper reference for a campaign that can only learn it from its own stats by then;
-* ``hindsight-constant``: the day's own best constant ratio (it knows the impressions' luck too);
+* ``hindsight-constant``: the day's own best constant ratio, ``rcb evaluate``'s ``oracle-day`` (it knows the
+  impressions' luck too);
 * ``pid`` and ``rm``, tuned on the train days as ``rcb evaluate`` tunes them.
 
 Every row is played on the real days by the simulator (budgets included) and scored as ``rcb evaluate``
@@ -58,7 +59,7 @@ from training.dayset import DaySet
 from training.evaluate import EvaluationError, episode_rows, split_days, summarize, tuned_baseline
 from training.market.dataset import Market, MarketError
 from training.market.generator import REGIME_PARTS, MarketConfig, generate_day, generate_twin
-from training.oracle import ORACLE_GRID
+from training.oracle import ORACLE_GRID, OracleKind, market_oracle
 from training.oracle.oracles import slot_curves
 from training.simulator import DayIndex, SlotResult
 
@@ -165,12 +166,11 @@ def informed_ratios(
     tick: Callable[[], None] | None = None,
     first_twin: int = 0,
     workers: int = 1,
-) -> tuple[dict[float, np.ndarray], np.ndarray]:
+) -> dict[float, np.ndarray]:
     """Per margin, each day's informed constant ratio (chosen on its twins ``first_twin .. first_twin + twins - 1``,
-    which keep the ``known`` parts of the day's regime); and each day's hindsight one. ``workers`` > 1 draws the
+    which keep the ``known`` parts of the day's regime). ``workers`` > 1 draws the
     days' twins in that many processes (the same answer)."""
     chosen = {m: np.empty(len(days)) for m in MARGINS}
-    hindsight = np.empty(len(days))
     jobs = [
         (e.day, e.split == "ood", generator, range(first_twin, first_twin + twins), known, float(days.budget[i]))
         for i, e in enumerate(days.entries)
@@ -185,14 +185,12 @@ def informed_ratios(
         else:
             results = map(_twin_totals, jobs)
         for i, (delivery, cost) in enumerate(results):
-            roi_target, budget = float(days.roi_target[i]), float(days.budget[i])
+            roi_target = float(days.roi_target[i])
             for m in MARGINS:
                 chosen[m][i] = best_constant(delivery, cost, roi_target, m)
-            own = budgeted_totals(*slot_curves(DayIndex(days.logs[i])), budget)
-            hindsight[i] = best_constant(own[0][None], own[1][None], roi_target, 0.0)
             if tick:
                 tick()
-    return chosen, hindsight
+    return chosen
 
 
 def signal_rates(days: DaySet, ratios: np.ndarray) -> dict[str, float]:
@@ -239,7 +237,7 @@ def headroom(
     days, train = split_days(market, split, setting)
     generator = check_generated(market, days)
     task = progress.add_task(f"twins ({twins} a day)", total=len(days)) if progress else None
-    chosen, hindsight = informed_ratios(
+    chosen = informed_ratios(
         days,
         generator,
         twins,
@@ -252,6 +250,9 @@ def headroom(
     rm, _ = tuned_baseline(market, "rm", setting, train)
     assert isinstance(pid, PID)
     frames = [play_rows([REFERENCE], pid, days), play_rows(["rm"], rm, days)]
+    # The day-wise hindsight oracle, cached beside the market as rcb evaluate's oracle-day reads it.
+    day_oracle = market_oracle(market, setting, kind=OracleKind.DAY, days=days.days)
+    hindsight = np.array([answer.ratios[0] for answer in day_oracle])
     frames.append(play_rows(["hindsight-constant"], ConstantRatio(hindsight), days))
     stacked = np.concatenate([chosen[m] for m in MARGINS])
     frames.append(play_rows([informed("constant", m) for m in MARGINS], ConstantRatio(stacked), days))
