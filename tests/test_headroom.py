@@ -21,6 +21,13 @@ from training.oracle import ORACLE_GRID
 SMALL = config_with(days_id=8, days_ood=2, impressions_per_day=20_000, seed=3)
 
 
+def command() -> tuple[typer.Typer, CliRunner]:
+    """``python -m training.headroom`` as an app, and a runner that keeps each error message on one line."""
+    app = typer.Typer(add_completion=False)
+    app.command()(headroom.main)
+    return app, CliRunner(env={"COLUMNS": "250"})
+
+
 @pytest.fixture(scope="module")
 def market(tmp_path_factory: pytest.TempPathFactory) -> Market:
     return generate_market(tmp_path_factory.mktemp("headroom") / "market", SMALL, workers=1)
@@ -130,9 +137,7 @@ def test_an_imported_or_edited_market_is_refused(market: Market, tmp_path: Path)
 
 
 def test_the_command_writes_its_table_plot_and_refuses_learned_rows_of_other_days(market: Market, tmp_path: Path):
-    app = typer.Typer(add_completion=False)
-    app.command()(headroom.main)
-    runner = CliRunner(env={"COLUMNS": "250"})  # one line per error message, whatever the terminal
+    app, runner = command()
     out = tmp_path / "out"
     result = runner.invoke(app, [str(market.root), "--split", "test", "--twins", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -222,9 +227,7 @@ def test_learning_the_regime_at_slot_0_is_the_informed_constant_and_later_is_the
 
 
 def test_from_slots_are_checked_before_any_work(market: Market):
-    app = typer.Typer(add_completion=False)
-    app.command()(headroom.main)
-    runner = CliRunner(env={"COLUMNS": "250"})
+    app, runner = command()
     for bad in ("3,x", "0,48"):
         result = runner.invoke(app, [str(market.root), "--from-slots", bad])
         assert result.exit_code == 2 and "--from-slots" in result.output
@@ -233,11 +236,8 @@ def test_from_slots_are_checked_before_any_work(market: Market):
 
 
 def test_told_only_the_family_the_twins_are_other_days(market: Market):
-    app = typer.Typer(add_completion=False)
-    app.command()(headroom.main)
-    result = CliRunner(env={"COLUMNS": "250"}).invoke(
-        app, [str(market.root), "--know", "family", "--twins", "2", "--from-slots", "", "--json"]
-    )
+    app, runner = command()
+    result = runner.invoke(app, [str(market.root), "--know", "family", "--twins", "2", "--from-slots", "", "--json"])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output)["figures"]
     assert figures["known"] == [] and figures["from_slot"] == {}
