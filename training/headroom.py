@@ -55,6 +55,7 @@ from model.roi import is_feasible
 from training.bidders.base import Bidder, play
 from training.bidders.pid import PID
 from training.bidders.rm import ConstantRatio
+from training.conversion_bayes import BayesConversion, _day_twins, bayes_prior
 from training.dayset import DaySet
 from training.evaluate import EvaluationError, episode_rows, split_days, summarize, tuned_baseline
 from training.market.dataset import Market, MarketError
@@ -158,6 +159,17 @@ def _twin_totals(args: tuple[int, bool, MarketConfig, range, tuple[str, ...], fl
     return twin_totals(*args)
 
 
+def in_processes(stack: contextlib.ExitStack, fn: Callable[[Any], Any], jobs: list[Any], workers: int) -> Iterator[Any]:
+    """``map(fn, jobs)``, in ``workers`` spawned processes when ``workers`` > 1 (closed with ``stack``)."""
+    if workers <= 1:
+        return map(fn, jobs)
+    # spawn, as the generator does: a forked child inherits HiGHS's thread pool without its threads
+    pool = stack.enter_context(
+        ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    )
+    return pool.map(fn, jobs)
+
+
 def informed_ratios(
     days: DaySet,
     generator: MarketConfig,
@@ -176,14 +188,7 @@ def informed_ratios(
         for i, e in enumerate(days.entries)
     ]
     with contextlib.ExitStack() as stack:
-        if workers > 1:
-            # spawn, as the generator does: a forked child inherits HiGHS's thread pool without its threads
-            pool = stack.enter_context(
-                ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-            )
-            results: Iterator[tuple[np.ndarray, np.ndarray]] = pool.map(_twin_totals, jobs)
-        else:
-            results = map(_twin_totals, jobs)
+        results = in_processes(stack, _twin_totals, jobs, workers)
         for i, (delivery, cost) in enumerate(results):
             roi_target = float(days.roi_target[i])
             for m in MARGINS:
@@ -227,12 +232,17 @@ def headroom(
     from_slots: tuple[int, ...] = FROM_SLOTS,
     first_twin: int = 0,
     workers: int = 1,
+    bayes: bool = False,
+    bayes_market_told: bool = True,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], dict[str, Any]]:
     """The episodes, the summary (``training.evaluate.summarize`` per row) and the headroom figures; the informed
     bidders know the ``known`` parts of each day's regime (:data:`training.market.generator.REGIME_PARTS`), the
-    ``informed-from`` rows from each of ``from_slots`` on."""
+    ``informed-from`` rows from each of ``from_slots`` on; ``bayes`` adds the ``bayes@m`` rows
+    (:mod:`training.conversion_bayes`, SC)."""
     if split not in SPLITS:
         raise EvaluationError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    if bayes and setting != Setting.SC:
+        raise EvaluationError("the bayes rows play SC only (the reference has no budget pacing)")
     market = Market.open(data)
     days, train = split_days(market, split, setting)
     generator = check_generated(market, days)
@@ -263,6 +273,14 @@ def headroom(
         switch = np.repeat(np.asarray(from_slots), len(MARGINS) * n)
         late = SwitchAt(PID(pid.profile, **pid.gains), np.tile(stacked, len(from_slots)), switch)
         frames.append(play_rows([informed_from(t, m) for t in from_slots for m in MARGINS], late, days))
+    if bayes:
+        frames.append(
+            play_rows(
+                [bayes_row(m) for m in MARGINS],
+                bayes_bidder(days, generator, first_twin, twins, workers, bayes_market_told),
+                days,
+            )
+        )
     episodes = pd.concat(frames, ignore_index=True)
     methods = list(dict.fromkeys(episodes["method"]))
     summary = summarize(episodes, methods)
@@ -277,7 +295,26 @@ def headroom(
         "at_hindsight_ratio": signal_rates(days, hindsight),
         "from_slot": {str(t): frontier_gain(summary, [informed_from(t, m) for m in MARGINS]) for t in from_slots},
     }
+    if bayes:
+        figures["bayes"] = frontier_gain(summary, [bayes_row(m) for m in MARGINS])
+        figures["bayes_market_told"] = bayes_market_told
     return episodes, summary, figures
+
+
+def bayes_row(margin: float) -> str:
+    return f"bayes@{margin:g}"
+
+
+def bayes_bidder(
+    days: DaySet, generator: MarketConfig, first_twin: int, twins: int, workers: int, market_told: bool = True
+) -> BayesConversion:
+    """:class:`BayesConversion` on ``len(MARGINS)`` copies of the days (copy j at margin ``MARGINS[j]``); told each
+    day's market part, or not (``market_told``: twins of other markets of the family)."""
+    twin_range = range(first_twin, first_twin + twins)
+    jobs = [(e.day, e.split == "ood", generator, twin_range, market_told) for e in days.entries]
+    with contextlib.ExitStack() as stack:
+        per_day = list(in_processes(stack, _day_twins, jobs, workers))
+    return BayesConversion(per_day * len(MARGINS), np.repeat(MARGINS, len(days)), *bayes_prior(generator))
 
 
 def frontier_gain(summary: dict[str, dict[str, Any]], rows: list[str]) -> dict[str, Any]:
@@ -332,6 +369,10 @@ def plot(summary: dict[str, dict[str, Any]], learned: dict[str, dict[str, Any]],
         ax.plot([r["csr"] for r in rows], [r["ans_median"] for r in rows], style, label=f"informed {kind} (m = 0..0.3)")
         for m, r in zip(MARGINS, rows, strict=True):
             ax.annotate(f"{m:g}", (r["csr"], r["ans_median"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    if bayes_row(0.0) in summary:
+        rows = [summary[bayes_row(m)] for m in MARGINS]
+        label = "bayes: market told, conversion learned (m = 0..0.3)"
+        ax.plot([r["csr"] for r in rows], [r["ans_median"] for r in rows], "^-.", label=label)
     for name, marker in ((REFERENCE, "D"), ("rm", "v"), ("hindsight-constant", "*")):
         ax.plot(summary[name]["csr"], summary[name]["ans_median"], marker, markersize=9, label=name)
     for name, row in learned.items():
@@ -395,6 +436,14 @@ def main(
     from_slots: Annotated[
         str, typer.Option(help="Slots at which the informed-from rows learn the regime, comma-separated ('' for none).")
     ] = ",".join(map(str, FROM_SLOTS)),
+    bayes: Annotated[
+        bool,
+        typer.Option(help="Add the bayes@m rows (SC): the market told, the conversion scale learned by Bayes' rule."),
+    ] = False,
+    bayes_market: Annotated[
+        bool,
+        typer.Option(help="--no-bayes-market: the bayes rows are not told the market part (twins of other markets)."),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     try:
@@ -419,7 +468,17 @@ def main(
     try:
         with Progress(transient=True, disable=as_json) as progress:
             episodes, summary, figures = headroom(
-                data, setting, split, twins, known, progress, slots, first_twin, workers or os.cpu_count() or 1
+                data,
+                setting,
+                split,
+                twins,
+                known,
+                progress,
+                slots,
+                first_twin,
+                workers or os.cpu_count() or 1,
+                bayes,
+                bayes_market,
             )
     except (EvaluationError, MarketError) as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -453,10 +512,14 @@ def main(
     for t, got in figures["from_slot"].items():
         gain = "none with CSR >= PID's" if got["gain"] is None else f"{got['gain']:+.3f} ANS ({got['row']})"
         typer.echo(f"headroom, told at slot {t}: {gain}")
-    for kind in ("pid", "constant"):
+    for kind in ("pid", "constant", "bayes"):
+        if kind not in figures:
+            continue
         got = figures[kind]
         gain = "none with CSR >= PID's" if got["gain"] is None else f"{got['gain']:+.3f} ANS ({got['row']})"
-        typer.echo(f"headroom, informed {kind}: {gain}")
+        told = "market told" if figures.get("bayes_market_told") else "market not told"
+        label = f"bayes ({told}, conversion scale learned)" if kind == "bayes" else f"informed {kind}"
+        typer.echo(f"headroom, {label}: {gain}")
 
 
 if __name__ == "__main__":
