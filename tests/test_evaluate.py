@@ -27,7 +27,7 @@ from training.oracle import market_oracle, setting_constraints
 
 runner = CliRunner()
 
-ALL_METHODS = ["rm", "pid", "cem", "oracle-day", "oracle-slot"]
+ALL_METHODS = ["rm", "pid", "cem", "plan", "oracle-day", "oracle-slot"]
 SPEC_COLUMNS = ["method", "seed", "day", "delivery", "cost", "roi", "feasible", "oracle_delivery"]
 SC_SEEDS = 3
 """Three seeds, so a median over seeds differs from a mean where CEM's seeds differ."""
@@ -181,8 +181,9 @@ def test_report_files_and_meta(sc_run: dict[str, Any]):
     assert meta["split"] == "test" and meta["setting"] == "sc" and meta["seeds"] == SC_SEEDS
     assert meta["methods"] == ALL_METHODS
     tuned = meta["tuned"]
-    assert set(tuned) == {"rm", "pid", "cem"}
+    assert set(tuned) == {"rm", "pid", "cem", "plan"}
     assert 0.0 <= tuned["rm"]["ratio"] <= 4.0
+    assert set(tuned["plan"]) == {"margin", "cost_sd", "train_score"}
     assert set(pid.PARAMS) <= set(tuned["pid"])
     assert set(cem.PARAMS) <= set(tuned["cem"])
     for record in tuned.values():
@@ -446,4 +447,4 @@ def test_mc_end_to_end(source: Path, tmp_path: Path):
     assert_summary_matches(written, expected_summary(episodes, market, "mc"))
     assert written["oracle-slot"]["ans_mean"] == 1.0 and written["oracle-slot"]["csr"] == 1.0
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["setting"] == "mc" and meta["split"] == "ood" and set(meta["tuned"]) == {"rm", "pid", "cem"}
+    assert meta["setting"] == "mc" and meta["split"] == "ood" and set(meta["tuned"]) == {"rm", "pid", "cem", "plan"}

@@ -27,7 +27,7 @@ import pandas as pd
 from model.artifact import ArtifactError, read_card
 from model.contract import Setting
 from model.controller import ControllerGains
-from training.bidders import cem, pid, rm
+from training.bidders import cem, pid, planner, rm
 from training.bidders.base import Bidder, play
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
@@ -39,8 +39,9 @@ from training.market.dataset import Market, MarketError
 from training.metrics import DEFAULT_GAMMA, is_feasible, normalized_delivery, roi
 from training.oracle import OracleKind, market_oracle
 
-BASELINES: dict[str, ModuleType] = {"rm": rm, "pid": pid, "cem": cem}
-"""Tunable baselines: each module has ``tune(train, seed, progress)`` and ``from_params(params)``."""
+BASELINES: dict[str, ModuleType] = {"rm": rm, "pid": pid, "cem": cem, "plan": planner}
+"""Tunable baselines: each module has ``tune(train, seed, progress)`` and ``from_params(params, train)`` (``train``
+for a baseline that keeps more than its parameters: the planner's scenarios are the train days)."""
 REFERENCES: dict[str, OracleKind] = {"oracle-day": OracleKind.DAY, "oracle-slot": OracleKind.SLOT}
 """Hindsight reference rows (not bidders: they see the whole day)."""
 TUNING_SEED = 0
@@ -194,7 +195,7 @@ def tuned_baseline(
         try:
             cached = json.loads(path.read_text())
             if cached.get("key") == key:
-                return module.from_params(cached["params"]), cached
+                return module.from_params(cached["params"], train), cached
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable cache: tune again
     bidder, score = module.tune(train(), seed=TUNING_SEED, progress=progress)

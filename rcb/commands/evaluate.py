@@ -83,7 +83,7 @@ def evaluate_command(
         str,
         typer.Option(
             "--methods",
-            help="Comma-separated: rm, pid, cem, oracle-day, oracle-slot, a run directory (rcb train),"
+            help="Comma-separated: rm, pid, cem, plan, oracle-day, oracle-slot, a run directory (rcb train),"
             " LABEL=GLOB (one method's runs, run k played with seed k), ensemble:LABEL=GLOB (those runs as one bidder:"
             " the median of their log-ratios) or onnx:MODEL_DIR (rcb export); shield:METHOD"
             " plays METHOD behind the safety shield.",

@@ -139,5 +139,5 @@ def tune(
     return CEM(profile, **best), score
 
 
-def from_params(params: dict[str, Any]) -> CEM:
+def from_params(params: dict[str, Any], train: Callable[[], DaySet] | None = None) -> CEM:
     return CEM(np.asarray(params["traffic_profile"]), **{k: float(params[k]) for k in PARAMS})

@@ -122,5 +122,5 @@ def tune(
     return PID(profile, **best), score
 
 
-def from_params(params: dict[str, Any]) -> PID:
+def from_params(params: dict[str, Any], train: Callable[[], DaySet] | None = None) -> PID:
     return PID(np.asarray(params["traffic_profile"]), **{k: float(params[k]) for k in PARAMS})

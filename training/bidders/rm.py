@@ -44,5 +44,5 @@ def tune(train: DaySet, seed: int = 0, progress: Callable[[str], None] | None = 
     return ConstantRatio(float(grid[best])), float(scores[best])
 
 
-def from_params(params: dict[str, Any]) -> ConstantRatio:
+def from_params(params: dict[str, Any], train: Callable[[], DaySet] | None = None) -> ConstantRatio:
     return ConstantRatio(float(params["ratio"]))

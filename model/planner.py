@@ -1,0 +1,157 @@
+"""PLAN: plan the rest of the day on the train days' market, by Bayes' rule from the campaign's own stats.
+
+Stateless and numpy-only, like :mod:`model.controller`: the ratio is a function of the history and of the
+**scenarios**, the train days' slot curves (what bidding ratio ``r`` through slot ``t`` of train day ``d`` delivered
+and cost, exact replays; built by ``training/bidders/planner.py``). A day is modelled as scenario ``d`` with its
+competing prices scaled by ``p``, its conversions by ``s`` and its traffic by the ratio ``a`` of the auctions seen
+to the scenario's. Prices scaled by ``p`` make ratio ``r`` win what ``r / p`` won at ``p`` times the cost, so on
+the log-spaced :data:`GRID` a price multiplier is a shift. Bayes' rule over ``(d, p, s)``:
+
+* prior: ``d`` uniform over the train days, ``log p ~ N(0, PRICE_SD)``, ``log s ~ N(0, CONVERSION_SD)``;
+* the market: each slot's cost against the scenario's at the ratio bid, log-normal with sd ``cost_sd``;
+* the conversions: the day's delivery so far ``~ N(s E, s E v)``, ``E`` the scenario's delivery at the ratios bid,
+  ``v`` the train days' value dispersion ``E[value^2] / E[value]`` (a sum of rare conversions), a 5% floor on the
+  relative sd (the scenarios are a model, not the day).
+
+Each slot it bids the ratio that, held for the rest of the day, has the most posterior-expected day delivery, a
+``(d, p, s)`` counted only where the day's ROI (what was won plus what the scenario wins from here) reaches
+``L (1 + margin)``; with a budget, a rest that would overspend is cut pro rata at the budget. It is a
+certainty-equivalent plan re-made every slot (closed loop), not a Bayes-optimal policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model.contract import SLOTS_PER_DAY
+from model.history import History
+
+LOW, HIGH = 0.02, 4.0
+STEP = 0.02
+"""Log step of the ratio grid."""
+PRICE_STEPS, PRICE_SPAN = 4, 13
+"""Price multipliers ``p = exp(k * PRICE_STEPS * STEP)``, ``|k| <= PRICE_SPAN``: 0.08 apart, +-1.04 in log."""
+SHIFT = PRICE_STEPS * PRICE_SPAN
+CORE = round(float(np.log(HIGH / LOW) / STEP)) + 1
+GRID = LOW * np.exp((np.arange(CORE + 2 * SHIFT) - SHIFT) * STEP)
+"""The scenario grid: the bid ratios ``LOW .. HIGH`` and ``SHIFT`` steps either side of them, for ``r / p``."""
+DECIDE = np.arange(SHIFT, SHIFT + CORE - 1, 2)
+"""Grid indices of the ratios the plan chooses among (0.04 apart in log, 0.02 .. 3.92)."""
+PRICE_K = np.arange(-PRICE_SPAN, PRICE_SPAN + 1)
+LOG_PRICES = PRICE_K * PRICE_STEPS * STEP
+LOG_SCALES = np.linspace(-1.0, 1.0, 21)
+PRICE_SD, CONVERSION_SD = 0.4, 0.3
+"""Prior sds of the day's log price and log conversion multipliers against a train day."""
+PRUNE = 1e-5
+"""``(d, p)`` pairs whose weight is under this share of the heaviest's are left out of the plan."""
+
+
+@dataclass(frozen=True)
+class Scenarios:
+    """The train days' slot curves on :data:`GRID`: ``delivery`` and ``cost`` ``(D, T, X)``, ``auctions`` ``(D, T)``."""
+
+    delivery: np.ndarray
+    cost: np.ndarray
+    auctions: np.ndarray
+    value_dispersion: float
+    """``E[value^2] / E[value]`` over the train days' delivering impressions."""
+    cost_floor: float
+    """Added to costs before their log (a slot that won nothing is evidence, not a log of 0)."""
+    delivery_after: np.ndarray = field(init=False, repr=False)
+    """``(D, T + 1, X)``: delivery from slot ``t`` to the end of the day."""
+    cost_after: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        shape = self.delivery.shape
+        if len(shape) != 3 or shape[1:] != (SLOTS_PER_DAY, GRID.size) or self.cost.shape != shape:
+            raise ValueError(f"scenario curves must be (days, {SLOTS_PER_DAY}, {GRID.size}); got {shape}")
+        if self.auctions.shape != shape[:2]:
+            raise ValueError(f"scenario auctions must be {shape[:2]}; got {self.auctions.shape}")
+        object.__setattr__(self, "delivery_after", _after(self.delivery))
+        object.__setattr__(self, "cost_after", _after(self.cost))
+
+    @property
+    def days(self) -> int:
+        return int(self.delivery.shape[0])
+
+
+def _after(x: np.ndarray) -> np.ndarray:
+    tail = np.cumsum(x[:, ::-1], axis=1)[:, ::-1]
+    return np.concatenate([tail, np.zeros_like(x[:, :1])], axis=1)
+
+
+def grid_index(ratio: np.ndarray) -> np.ndarray:
+    """The index in :data:`GRID` of the bid ratio nearest each of ``ratio`` (clipped to ``LOW .. HIGH``)."""
+    steps = np.round(np.log(np.maximum(ratio, 1e-9) / LOW) / STEP).astype(int)
+    return (steps + SHIFT).clip(SHIFT, SHIFT + CORE - 1)
+
+
+def evidence(
+    scenarios: Scenarios, history: History, cost_sd: np.ndarray, exclude: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """From the slots played: the market's log weight of each ``(d, p)`` ``(n, D, P)`` (prior included), the
+    delivery each expects at conversion scale 1 ``(n, D, P)`` and the auctions each scenario saw ``(n, D)``."""
+    n, days = history.n, scenarios.days
+    log_market = np.broadcast_to(-0.5 * (LOG_PRICES / PRICE_SD) ** 2, (n, days, PRICE_K.size)).copy()
+    log_market[exclude >= 0, exclude[exclude >= 0]] = -np.inf
+    expected = np.zeros((n, days, PRICE_K.size))
+    prices = np.exp(LOG_PRICES)
+    floor = scenarios.cost_floor
+    for t in range(history.slot):
+        at = grid_index(history.ratios[:, t])[:, None] - PRICE_K[None, :] * PRICE_STEPS  # (n, P)
+        traffic = history.auctions[:, t][:, None] / np.maximum(scenarios.auctions[None, :, t], 1.0)  # (n, D)
+        cost = np.moveaxis(scenarios.cost[:, t, :][:, at], 1, 0) * traffic[:, :, None] * prices  # (n, D, P)
+        residual = np.log(history.cost[:, t][:, None, None] + floor) - np.log(cost + floor)
+        log_market += -0.5 * (residual / cost_sd[:, None, None]) ** 2
+        expected += np.moveaxis(scenarios.delivery[:, t, :][:, at], 1, 0) * traffic[:, :, None]
+    seen = scenarios.auctions[None, :, : history.slot].sum(axis=2) * np.ones((n, 1))
+    return log_market, expected, seen
+
+
+def plan(
+    scenarios: Scenarios,
+    history: History,
+    margin: float | np.ndarray,
+    cost_sd: float | np.ndarray,
+    exclude: int | np.ndarray = -1,
+) -> np.ndarray:
+    """The ratio each of ``history``'s episodes bids in slot ``history.slot`` (see the module docstring).
+    ``exclude``: per episode, a scenario it may not use (a train day played while tuning; -1: none)."""
+    n, t = history.n, history.slot
+    margins = np.broadcast_to(np.asarray(margin, dtype=np.float64), (n,))
+    cost_sds = np.broadcast_to(np.asarray(cost_sd, dtype=np.float64), (n,))
+    excluded = np.broadcast_to(np.asarray(exclude, dtype=np.int64), (n,))
+    log_market, expected_at_one, seen_by_scenario = evidence(scenarios, history, cost_sds, excluded)
+    scales, prices = np.exp(LOG_SCALES), np.exp(LOG_PRICES)
+    log_prior_s = -0.5 * (LOG_SCALES / CONVERSION_SD) ** 2
+    delivered, spent = history.total_delivery, history.total_cost
+    seen = history.auctions[:, :t].sum(axis=1)
+    target = history.registration.roi_target * (1.0 + margins)
+    budget = history.registration.budget
+    out = np.empty(n)
+    for i in range(n):
+        expected = expected_at_one[i][:, :, None] * scales  # (D, P, S)
+        spread = expected * scenarios.value_dispersion + (0.05 * expected) ** 2 + 1e-12
+        fit = np.where(expected > 0, -0.5 * (delivered[i] - expected) ** 2 / spread - 0.5 * np.log(spread), 0.0)
+        log_w = log_market[i][:, :, None] + log_prior_s + fit
+        w = np.exp(log_w - log_w.max())
+        pair = w.sum(axis=2)
+        d_idx, k_idx = np.nonzero(pair >= PRUNE * pair.max())
+        traffic = seen[i] / np.maximum(seen_by_scenario[i, d_idx], 1.0) if t > 0 else np.ones(d_idx.size)
+        cols = DECIDE[None, :] - PRICE_K[k_idx][:, None] * PRICE_STEPS  # (Q, J)
+        rows = np.arange(d_idx.size)[:, None]
+        rest_d = scenarios.delivery_after[d_idx, t][rows, cols] * traffic[:, None]
+        rest_c = scenarios.cost_after[d_idx, t][rows, cols] * (traffic * prices[k_idx])[:, None]
+        if np.isfinite(budget[i]):
+            # a plan whose rest would overspend stops at the budget: its rest is cut pro rata
+            room = budget[i] - spent[i]
+            share = np.clip(np.divide(room, rest_c, out=np.ones_like(rest_c), where=rest_c > 0), 0.0, 1.0)
+            rest_d, rest_c = rest_d * share, rest_c * share
+        day_d = delivered[i] + scales[None, :, None] * rest_d[:, None, :]  # (Q, S, J)
+        day_c = spent[i] + rest_c[:, None, :]
+        counted = np.where((day_d >= target[i] * day_c) & (day_d > 0), day_d, 0.0)
+        value = np.einsum("qsj,qs->j", counted, w[d_idx, k_idx])
+        out[i] = GRID[DECIDE[int(np.argmax(value))]]
+    return out

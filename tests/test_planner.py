@@ -1,0 +1,104 @@
+"""model/planner.py and training/bidders/planner.py: the scenario model's price shift, its posterior, its choice."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from model import planner as law
+from model.contract import SLOTS_PER_DAY, Setting
+from model.history import History, Registration
+from training.bidders import planner
+from training.bidders.base import play
+from training.dayset import DaySet
+from training.evaluate import split_days
+from training.market.dataset import Market
+from training.market.generator import config_with, generate_market
+from training.simulator import DayIndex
+
+SMALL = config_with(days_id=8, days_ood=2, impressions_per_day=20_000, seed=3)
+
+
+@pytest.fixture(scope="module")
+def train(tmp_path_factory: pytest.TempPathFactory) -> DaySet:
+    market = Market.open(generate_market(tmp_path_factory.mktemp("plan") / "market", SMALL, workers=1).root)
+    _, train = split_days(market, "test", Setting.SC)
+    return train()
+
+
+@pytest.fixture(scope="module")
+def scenarios(train: DaySet) -> law.Scenarios:
+    return planner.scenarios_of(train)
+
+
+def test_prices_scaled_by_p_win_at_r_what_r_over_p_won_at_p_times_the_cost(train: DaySet):
+    """The identity the price multiplier rests on, checked against the simulator: one grid shift."""
+    log = train.logs[0]
+    k = 3
+    p = np.exp(k * law.PRICE_STEPS * law.STEP)
+    scaled = dataclasses.replace(log, market_price=log.market_price * p, cost=log.cost * p)
+    here, there = DayIndex(log), DayIndex(scaled)
+    cols = np.arange(law.SHIFT, law.SHIFT + 100)
+    for t in (10, 30):
+        shifted = there.slot_outcome(t, law.GRID[cols])
+        original = here.slot_outcome(t, law.GRID[cols - k * law.PRICE_STEPS])
+        assert np.allclose(shifted.delivery, original.delivery)
+        assert np.allclose(shifted.cost, p * original.cost, rtol=1e-9)
+
+
+def test_scenarios_hold_the_train_days_curves(train: DaySet, scenarios: law.Scenarios):
+    days = len(train)
+    assert scenarios.delivery.shape == scenarios.cost.shape == (days, SLOTS_PER_DAY, law.GRID.size)
+    assert np.allclose(scenarios.delivery_after[:, 0], scenarios.delivery.sum(axis=1))
+    assert not scenarios.cost_after[:, SLOTS_PER_DAY].any()
+    assert scenarios.auctions.sum(axis=1).tolist() == [log.n_impressions for log in train.logs]
+    assert scenarios.value_dispersion > 0 and scenarios.cost_floor > 0
+
+
+def test_playing_a_train_day_the_market_posterior_finds_it(train: DaySet, scenarios: law.Scenarios):
+    """With its own scenario allowed, a train day's slot costs single out that scenario at price multiplier 1;
+    without it (``exclude``, as in tuning), it cannot."""
+    day = 2
+    bidder = planner.Planner(scenarios, margin=0.0, cost_sd=0.3)
+    outcome = play(bidder, [train.indexes()[day]], np.zeros(2, dtype=int), Registration.of(1.0, None, n=2), 0)
+    log_market, expected, _ = law.evidence(scenarios, outcome.history, np.full(2, 0.3), np.array([-1, day]))
+    found = np.unravel_index(np.argmax(log_market[0]), log_market[0].shape)
+    assert found == (day, law.PRICE_SPAN)  # k = 0 sits at PRICE_SPAN
+    assert np.isneginf(log_market[1, day]).all()
+    # at scale 1 the day's own scenario expects what the day delivered
+    assert expected[0, day, law.PRICE_SPAN] == pytest.approx(outcome.delivery[0], rel=1e-9)
+
+
+def test_scenario_curves_of_the_wrong_shape_are_refused(scenarios: law.Scenarios):
+    with pytest.raises(ValueError, match="scenario curves"):
+        law.Scenarios(scenarios.delivery[:, :10], scenarios.cost[:, :10], scenarios.auctions, 1.0, 1.0)
+
+
+def test_it_bids_on_its_grid_a_margin_never_bids_higher_and_a_tight_budget_bids_lower(scenarios: law.Scenarios):
+    bidder = planner.Planner(scenarios, margin=np.array([0.0, 0.3]), cost_sd=0.3)
+    registration = Registration.of(1.0, None, n=2)
+    bidder.start(registration, 0)
+    first = bidder.bid(History(registration))
+    assert np.isin(first, law.GRID[law.DECIDE]).all()
+    assert first[1] <= first[0]
+    # MC: a budget of a tenth of what the unbudgeted plan's scenarios would spend is paced, not run through.
+    spend = np.median(scenarios.cost_after[:, 0, law.grid_index(first[:1])[0]])
+    tight = Registration(roi_target=np.ones(1), budget=np.array([0.1 * spend]))
+    bidder = planner.Planner(scenarios, margin=0.0, cost_sd=0.3)
+    bidder.start(tight, 0)
+    assert bidder.bid(History(tight))[0] < first[0]
+
+
+def test_tuning_picks_from_its_grid_and_a_cached_plan_rebuilds_to_the_same_bids(train: DaySet):
+    tuned, score = planner.tune(train)
+    params = tuned.params()
+    assert params["margin"] in planner.MARGINS and params["cost_sd"] in planner.COST_SDS
+    assert 0.0 <= score <= 1.0
+    again = planner.from_params(params, lambda: train)  # what rcb evaluate does with its tuning cache
+    registration = Registration.of(1.0, None, n=1)
+    one, two = (play(b, [train.indexes()[0]], np.zeros(1, dtype=int), registration, 0) for b in (tuned, again))
+    assert np.array_equal(one.history.ratios, two.history.ratios)
+    with pytest.raises(ValueError, match="train days"):
+        planner.from_params(params)
