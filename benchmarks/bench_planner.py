@@ -1,0 +1,88 @@
+"""Benchmark: one decision of the planner (model/planner.py) against the PID controller's, per campaign and slot.
+
+What a slot update would pay to serve ``plan``, or to train a residual policy on it: the stateless step
+``plan(scenarios, history, ...)`` rebuilds the posterior from the stored stats and plans the rest of the day. The
+histories are real: the planner plays a market's first test days (SC), and each is cut at the slots listed.
+Side by side in the same run, the baseline: the PID controller's stateless step (``controller_ratios``) on the
+same histories. One thread; median wall time over repeats.
+
+    .venv/bin/python benchmarks/bench_planner.py [--market data/suite/sparse] [--days 4] [--slots 0,8,24,47]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np
+from machine import describe_machine  # benchmarks/machine.py, beside this script
+
+from model.contract import Setting
+from model.controller import ControllerGains, controller_ratios
+from model.history import History
+from model.planner import plan
+from training.bidders.base import play
+from training.bidders.planner import scenarios_of
+from training.evaluate import split_days, tuned_baseline
+from training.market.dataset import Market
+
+
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return 1e3 * statistics.median(times)
+
+
+def cut(history: History, slot: int) -> History:
+    stats = {name: getattr(history, name) for name in ("ratios", "delivery", "cost", "wins", "auctions")}
+    return History.of_stats(history.registration, slot, **stats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--market", type=Path, default=Path("data/suite/sparse"))
+    parser.add_argument("--days", type=int, default=4, help="Test days played (one campaign each).")
+    parser.add_argument("--slots", default="0,8,24,47")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    print(describe_machine())
+    market = Market.open(args.market)
+    days, train = split_days(market, "test", Setting.SC)
+    started = time.perf_counter()
+    scenarios = scenarios_of(train())
+    print(f"scenarios: {scenarios.days} train days of {args.market} in {time.perf_counter() - started:.1f} s")
+    planner, record = tuned_baseline(market, "plan", Setting.SC, train)
+    pid, _ = tuned_baseline(market, "pid", Setting.SC, train)
+    gains = ControllerGains.with_profile(pid.params()["traffic_profile"], pid.params())
+    n = min(args.days, len(days))
+    outcome = play(planner, days.indexes()[:n], np.arange(n), days.registration(1).take(list(range(n))), 0)
+    margin, cost_sd = record["params"]["margin"], record["params"]["cost_sd"]
+    print(f"| slot | plan, 1 campaign (ms) | PID, 1 campaign (ms) | plan / PID | plan, {n} campaigns at once (ms) |")
+    print("|---:|---:|---:|---:|---:|")
+    for slot in (int(s) for s in args.slots.split(",")):
+        whole = cut(outcome.history, slot)
+        one = History.of_stats(
+            whole.registration.take([0]),
+            slot,
+            **{k: getattr(whole, k)[:1] for k in ("ratios", "delivery", "cost", "wins", "auctions")},
+        )
+        t_plan = median_ms(lambda h=one: plan(scenarios, h, margin, cost_sd), args.repeats)
+        t_pid = median_ms(lambda h=one: controller_ratios(h, gains), args.repeats)
+        t_all = median_ms(lambda h=whole: plan(scenarios, h, margin, cost_sd), args.repeats)
+        print(f"| {slot} | {t_plan:.2f} | {t_pid:.3f} | {t_plan / t_pid:.0f}x | {t_all:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
