@@ -15,8 +15,10 @@ the log-spaced :data:`GRID` a price multiplier is a shift. Bayes' rule over ``(d
 
 Each slot it bids the ratio that, held for the rest of the day, has the most posterior-expected day delivery, a
 ``(d, p, s)`` counted only where the day's ROI (what was won plus what the scenario wins from here) reaches
-``L (1 + margin)``; with a budget, a rest that would overspend is cut pro rata at the budget. It is a
-certainty-equivalent plan re-made every slot (closed loop), not a Bayes-optimal policy.
+``L (1 + margin)``; with a budget, a rest that would overspend is cut pro rata at the budget. ``noise_aware``
+counts it by the probability that the rest's delivery noise (compound Poisson, sd ``sqrt(s * rest * v)``) leaves
+the ROI there instead. It is a certainty-equivalent plan re-made every slot (closed loop), not a Bayes-optimal
+policy.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ def plan(
     margin: float | np.ndarray,
     cost_sd: float | np.ndarray,
     exclude: int | np.ndarray = -1,
+    noise_aware: bool | np.ndarray = False,
 ) -> np.ndarray:
     """The ratio each of ``history``'s episodes bids in slot ``history.slot`` (see the module docstring).
     ``exclude``: per episode, a scenario it may not use (a train day played while tuning; -1: none)."""
@@ -123,6 +126,7 @@ def plan(
     margins = np.broadcast_to(np.asarray(margin, dtype=np.float64), (n,))
     cost_sds = np.broadcast_to(np.asarray(cost_sd, dtype=np.float64), (n,))
     excluded = np.broadcast_to(np.asarray(exclude, dtype=np.int64), (n,))
+    noisy = np.broadcast_to(np.asarray(noise_aware, dtype=bool), (n,))
     log_market, expected_at_one, seen_by_scenario = evidence(scenarios, history, cost_sds, excluded)
     scales, prices = np.exp(LOG_SCALES), np.exp(LOG_PRICES)
     log_prior_s = -0.5 * (LOG_SCALES / CONVERSION_SD) ** 2
@@ -151,7 +155,13 @@ def plan(
             rest_d, rest_c = rest_d * share, rest_c * share
         day_d = delivered[i] + scales[None, :, None] * rest_d[:, None, :]  # (Q, S, J)
         day_c = spent[i] + rest_c[:, None, :]
-        counted = np.where((day_d >= target[i] * day_c) & (day_d > 0), day_d, 0.0)
+        if noisy[i]:
+            sd = np.sqrt(scales[None, :, None] * rest_d[:, None, :] * scenarios.value_dispersion) + 1e-12
+            # P(ROI reaches the target), Phi by its logistic approximation (within 0.01)
+            reach = 1.0 / (1.0 + np.exp(np.clip(-1.702 * (day_d - target[i] * day_c) / sd, -50.0, 50.0)))
+            counted = np.where(day_d > 0, day_d * reach, 0.0)
+        else:
+            counted = np.where((day_d >= target[i] * day_c) & (day_d > 0), day_d, 0.0)
         value = np.einsum("qsj,qs->j", counted, w[d_idx, k_idx])
         out[i] = GRID[DECIDE[int(np.argmax(value))]]
     return out

@@ -102,3 +102,29 @@ def test_tuning_picks_from_its_grid_and_a_cached_plan_rebuilds_to_the_same_bids(
     assert np.array_equal(one.history.ratios, two.history.ratios)
     with pytest.raises(ValueError, match="train days"):
         planner.from_params(params)
+
+
+def test_without_delivery_noise_the_noise_aware_count_is_the_indicator(train: DaySet, scenarios: law.Scenarios):
+    """The noise-aware plan weighs a scenario by the chance its rest's delivery noise leaves the ROI on target; with
+    no dispersion that chance is 0 or 1 and the plans agree. With the market's dispersion they differ somewhere."""
+    outcome = play(
+        planner.Planner(scenarios, 0.0, 0.3),
+        train.indexes()[:3],
+        np.arange(3),
+        train.registration(1).take([0, 1, 2]),
+        0,
+    )
+    quiet = dataclasses.replace(scenarios, value_dispersion=1e-30)
+    differ = 0
+    for slot in (0, 6, 20, 40):
+        history = History.of_stats(
+            outcome.history.registration,
+            slot,
+            **{k: getattr(outcome.history, k) for k in ("ratios", "delivery", "cost", "wins", "auctions")},
+        )
+        plain = law.plan(quiet, history, 0.0, 0.3)
+        assert np.array_equal(law.plan(quiet, history, 0.0, 0.3, noise_aware=True), plain)
+        differ += int(
+            (law.plan(scenarios, history, 0.0, 0.3, noise_aware=True) != law.plan(scenarios, history, 0.0, 0.3)).sum()
+        )
+    assert differ > 0

@@ -56,40 +56,50 @@ class Planner(Bidder):
     name: ClassVar[str] = "plan"
     deterministic: ClassVar[bool] = True  # type: ignore[misc]
 
-    def __init__(self, scenarios: Scenarios, margin: Any, cost_sd: Any, exclude: Any = -1):
+    def __init__(self, scenarios: Scenarios, margin: Any, cost_sd: Any, exclude: Any = -1, noise_aware: Any = False):
         self.scenarios, self.margin, self.cost_sd, self.exclude = scenarios, margin, cost_sd, exclude
+        self.noise_aware = noise_aware
 
     def bid(self, history: History) -> np.ndarray:
-        return plan(self.scenarios, history, self.margin, self.cost_sd, self.exclude)
+        return plan(self.scenarios, history, self.margin, self.cost_sd, self.exclude, self.noise_aware)
 
     def params(self) -> dict[str, Any]:
-        return {"margin": float(self.margin), "cost_sd": float(self.cost_sd)}
+        out = {"margin": float(self.margin), "cost_sd": float(self.cost_sd)}
+        if np.any(self.noise_aware):  # (plan's tuned form has none; the probe's --noise-aware may)
+            out["noise_aware"] = True
+        return out
 
 
 MARGINS = (0.0, 0.05, 0.1, 0.2)
 COST_SDS = (0.15, 0.3, 0.6)
 
 
-def tune_on(train: DaySet, scenarios: Scenarios) -> tuple[dict[str, float], float]:
-    """``margin`` and ``cost_sd`` with the best mean train score, each train day played without its own scenario."""
-    grid = [(m, s) for m in MARGINS for s in COST_SDS]
+def tune_on(
+    train: DaySet, scenarios: Scenarios, noise_options: tuple[bool, ...] = (False,)
+) -> tuple[dict[str, Any], float, dict[tuple[float, float, bool], float]]:
+    """``margin`` and ``cost_sd`` (and ``noise_aware`` among ``noise_options``) with the best mean train score, each
+    train day played without its own scenario; also every candidate's score."""
+    grid = [(m, s, a) for a in noise_options for m in MARGINS for s in COST_SDS]
     n = len(train)
     bidder = Planner(
         scenarios,
-        margin=np.repeat([m for m, _ in grid], n),
-        cost_sd=np.repeat([s for _, s in grid], n),
+        margin=np.repeat([m for m, _, _ in grid], n),
+        cost_sd=np.repeat([s for _, s, _ in grid], n),
         exclude=np.tile(np.arange(n), len(grid)),
+        noise_aware=np.repeat([a for _, _, a in grid], n),
     )
     outcome = play(bidder, train.indexes(), train.episode_days(len(grid)), train.registration(len(grid)), 0)
     scores = episode_scores(outcome.delivery, outcome.cost, train, len(grid)).reshape(len(grid), n).mean(axis=1)
     best = int(np.argmax(scores))
-    return {"margin": grid[best][0], "cost_sd": grid[best][1]}, float(scores[best])
+    m, s, a = grid[best]
+    params: dict[str, Any] = {"margin": m, "cost_sd": s} | ({"noise_aware": True} if a else {})
+    return params, float(scores[best]), {c: float(x) for c, x in zip(grid, scores, strict=True)}
 
 
 def tune(train: DaySet, seed: int = 0, progress: Callable[[str], None] | None = None) -> tuple[Planner, float]:
     """The planner on the train days' scenarios, its parameters tuned there (deterministic: ``seed`` unused)."""
     scenarios = scenarios_of(train)
-    params, score = tune_on(train, scenarios)
+    params, score, _ = tune_on(train, scenarios)
     if progress:
         progress("plan")
     return Planner(scenarios, **params), score
@@ -99,7 +109,8 @@ def from_params(params: dict[str, Any], train: Callable[[], DaySet] | None = Non
     """A tuned planner again: its parameters, and its scenarios rebuilt from the train days (they are not cached)."""
     if train is None:
         raise ValueError("the planner's scenarios are the train days: from_params needs them")
-    return Planner(scenarios_of(train()), margin=float(params["margin"]), cost_sd=float(params["cost_sd"]))
+    noise_aware = bool(params.get("noise_aware", False))
+    return Planner(scenarios_of(train()), float(params["margin"]), float(params["cost_sd"]), noise_aware=noise_aware)
 
 
 def main(
@@ -107,6 +118,9 @@ def main(
     split: Annotated[str, typer.Option(help="test, ood or validation days to play.")] = "test",
     setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.SC,
     out: Annotated[Path | None, typer.Option(help="Folder for plan.json and episodes.csv.")] = None,
+    noise_aware: Annotated[
+        bool, typer.Option(help="Tune the noise-aware count too (on or off, by the train score).")
+    ] = False,
 ) -> None:
     from training.evaluate import episode_rows, split_days, summarize, tuned_baseline
     from training.market.dataset import Market
@@ -115,17 +129,19 @@ def main(
     days, train = split_days(market, split, setting)
     train_days = train()
     scenarios = scenarios_of(train_days)
-    params, train_score = tune_on(train_days, scenarios)
+    params, train_score, table = tune_on(train_days, scenarios, (False, True) if noise_aware else (False,))
     typer.echo(f"tuned on {len(train_days)} train days: {params} (train score {train_score:.3f})")
+    for option in sorted({a for _, _, a in table}):
+        top, (m, sd, _) = max((score, c) for c, score in table.items() if c[2] == option)
+        typer.echo(f"best train score with noise_aware={option}: {top:.4f} (margin {m:g}, cost_sd {sd:g})")
     pid, _ = tuned_baseline(market, "pid", setting, train)
     frames = []
     for label, bidder in (("pid", pid), ("plan", Planner(scenarios, **params))):
         outcome = play(bidder, days.indexes(), days.episode_days(1), days.registration(1), 0)
         frames.append(episode_rows(label, 0, days, outcome.delivery, outcome.cost))
     for m in MARGINS:  # the whole margin frontier, for reading (not a choice)
-        outcome = play(
-            Planner(scenarios, m, params["cost_sd"]), days.indexes(), days.episode_days(1), days.registration(1), 0
-        )
+        again = Planner(scenarios, m, params["cost_sd"], noise_aware=params.get("noise_aware", False))
+        outcome = play(again, days.indexes(), days.episode_days(1), days.registration(1), 0)
         frames.append(episode_rows(f"plan@{m:g}", 0, days, outcome.delivery, outcome.cost))
     episodes = pd.concat(frames, ignore_index=True)
     summary = summarize(episodes, list(dict.fromkeys(episodes["method"])))
@@ -135,7 +151,19 @@ def main(
         out.mkdir(parents=True, exist_ok=True)
         episodes.to_csv(out / "episodes.csv", index=False)
         (out / "plan.json").write_text(
-            json.dumps({"params": params, "train_score": train_score, "summary": summary}, indent=1, default=float)
+            json.dumps(
+                {
+                    "params": params,
+                    "train_score": train_score,
+                    "summary": summary,
+                    "candidates": [
+                        {"margin": c[0], "cost_sd": c[1], "noise_aware": c[2], "train_score": x}
+                        for c, x in table.items()
+                    ],
+                },
+                indent=1,
+                default=float,
+            )
         )
 
 
