@@ -356,7 +356,13 @@ def learned_points(specs: list[tuple[str, Path]], played_days: set[int]) -> dict
     return out
 
 
-def plot(summary: dict[str, dict[str, Any]], learned: dict[str, dict[str, Any]], title: str, path: Path) -> None:
+def plot(
+    summary: dict[str, dict[str, Any]],
+    learned: dict[str, dict[str, Any]],
+    title: str,
+    path: Path,
+    bayes_market_told: bool = True,
+) -> None:
     """ANS against CSR: the informed frontiers over the margins, the references and the learned methods."""
     import matplotlib
 
@@ -371,7 +377,8 @@ def plot(summary: dict[str, dict[str, Any]], learned: dict[str, dict[str, Any]],
             ax.annotate(f"{m:g}", (r["csr"], r["ans_median"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     if bayes_row(0.0) in summary:
         rows = [summary[bayes_row(m)] for m in MARGINS]
-        label = "bayes: market told, conversion learned (m = 0..0.3)"
+        told = "market told" if bayes_market_told else "market not told"
+        label = f"bayes: {told}, conversion learned (m = 0..0.3)"
         ax.plot([r["csr"] for r in rows], [r["ans_median"] for r in rows], "^-.", label=label)
     for name, marker in ((REFERENCE, "D"), ("rm", "v"), ("hindsight-constant", "*")):
         ax.plot(summary[name]["csr"], summary[name]["ans_median"], marker, markersize=9, label=name)
@@ -488,7 +495,7 @@ def main(
         episodes.to_csv(out / "episodes.csv", index=False)
         (out / "headroom.json").write_text(json.dumps(result, indent=1, default=float))
         title = f"{data.name} {setting} {split}: what knowing the day's regime is worth"
-        plot(summary, others, title, out / "headroom.png")
+        plot(summary, others, title, out / "headroom.png", figures.get("bayes_market_told", True))
         if slots:
             plot_by_slot(
                 {f"{data.name} {split}": figures},
