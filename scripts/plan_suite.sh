@@ -6,9 +6,12 @@
 #
 #   bash scripts/plan_suite.sh                  # SC, four markets
 #   SETTING=mc MARKETS="sparse" bash scripts/plan_suite.sh
+#   SEED=1 MARKETS="sparse" bash scripts/plan_suite.sh   # fresh draws of the market (data/seed1/...)
 #
-# Settings: SETTING (sc), MARKETS ("bench sparse shifted volatile"), OUT (out/plan-suite/$SETTING). Markets are
-# generated where missing (`--preset M --seed 0`; the 100-OOD market keeps the suite's days and adds 80). Resumable:
+# Settings: SETTING (sc), MARKETS ("bench sparse shifted volatile"), SEED (0: the suite's markets, data/suite/M and
+# data/long-ood-100/M; else data/seed$SEED/...), OUT (out/plan-suite/$SETTING, or out/plan-suite/seed$SEED/$SETTING).
+# Markets are generated where missing (`--preset M --seed $SEED`; the 100-OOD market keeps the suite's days and adds
+# 80). Resumable:
 # an evaluation already in OUT is kept. About 3-6 minutes per market and split on 2 cores (the planner's tuning
 # plays 12 candidates on every train day).
 set -euo pipefail
@@ -18,17 +21,20 @@ rcb() { .venv/bin/rcb "$@"; }
 
 SETTING="${SETTING:-sc}"
 MARKETS="${MARKETS:-bench sparse shifted volatile}"
-OUT="${OUT:-out/plan-suite/$SETTING}"
+SEED="${SEED:-0}"
+if [ "$SEED" = 0 ]; then DATA=data; OUT="${OUT:-out/plan-suite/$SETTING}"
+else DATA="data/seed$SEED"; OUT="${OUT:-out/plan-suite/seed$SEED/$SETTING}"; fi
 METHODS="pid,plan,shield:plan"
 
 rows=()
 for m in $MARKETS; do
-  [ -f "data/suite/$m/manifest.json" ] || rcb market generate --preset "$m" --seed 0 --out "data/suite/$m" > /dev/null
-  [ -f "data/long-ood-100/$m/manifest.json" ] ||
-    rcb market generate --preset "$m" --seed 0 --days-ood 100 --out "data/long-ood-100/$m" > /dev/null
+  [ -f "$DATA/suite/$m/manifest.json" ] ||
+    rcb market generate --preset "$m" --seed "$SEED" --out "$DATA/suite/$m" > /dev/null
+  [ -f "$DATA/long-ood-100/$m/manifest.json" ] ||
+    rcb market generate --preset "$m" --seed "$SEED" --days-ood 100 --out "$DATA/long-ood-100/$m" > /dev/null
   for split in test ood; do
-    data="data/suite/$m"
-    [ "$split" = ood ] && data="data/long-ood-100/$m"
+    data="$DATA/suite/$m"
+    [ "$split" = ood ] && data="$DATA/long-ood-100/$m"
     out="$OUT/$m-$split"
     if [ ! -f "$out/episodes.csv" ]; then
       mkdir -p "$OUT"
