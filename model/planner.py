@@ -9,9 +9,11 @@ the log-spaced :data:`GRID` a price multiplier is a shift. Bayes' rule over ``(d
 
 * prior: ``d`` uniform over the train days, ``log p ~ N(0, PRICE_SD)``, ``log s ~ N(0, CONVERSION_SD)``;
 * the market: each slot's cost against the scenario's at the ratio bid, log-normal with sd ``cost_sd``;
-* the conversions: the day's delivery so far ``~ N(s E, s E v)``, ``E`` the scenario's delivery at the ratios bid,
-  ``v`` the train days' value dispersion ``E[value^2] / E[value]`` (a sum of rare conversions), a 5% floor on the
-  relative sd (the scenarios are a model, not the day).
+* the conversions: the day's delivery so far ``D`` against ``s E``, ``E`` the scenario's delivery at the ratios bid,
+  by the compound-Poisson quasi-likelihood ``K log(lambda) - lambda``, ``K = D / v``, ``lambda = s E / v``, ``v`` the
+  train days' value dispersion ``E[value^2] / E[value]`` (a sum of rare conversions has variance ``v`` times its
+  mean). A scenario that expects nothing where the day has delivered is ruled out; one that expects much where the
+  day delivered nothing weighs ``exp(-lambda)``.
 
 Each slot it bids the ratio that, held for the rest of the day, has the most posterior-expected day delivery, a
 ``(d, p, s)`` counted only where the day's ROI (what was won plus what the scenario wins from here) reaches
@@ -71,6 +73,8 @@ class Scenarios:
             raise ValueError(f"scenario curves must be (days, {SLOTS_PER_DAY}, {GRID.size}); got {shape}")
         if self.auctions.shape != shape[:2]:
             raise ValueError(f"scenario auctions must be {shape[:2]}; got {self.auctions.shape}")
+        if not (self.value_dispersion > 0 and self.cost_floor > 0):
+            raise ValueError("scenarios need a positive value dispersion and cost floor (a market that delivered)")
         object.__setattr__(self, "delivery_after", _after(self.delivery))
         object.__setattr__(self, "cost_after", _after(self.cost))
 
@@ -126,6 +130,8 @@ def plan(
     margins = np.broadcast_to(np.asarray(margin, dtype=np.float64), (n,))
     cost_sds = np.broadcast_to(np.asarray(cost_sd, dtype=np.float64), (n,))
     excluded = np.broadcast_to(np.asarray(exclude, dtype=np.int64), (n,))
+    if excluded.max(initial=-1) >= scenarios.days or (scenarios.days < 2 and excluded.max(initial=-1) >= 0):
+        raise ValueError(f"exclude names a scenario of {scenarios.days}, leaving none or naming none")
     noisy = np.broadcast_to(np.asarray(noise_aware, dtype=bool), (n,))
     log_market, expected_at_one, seen_by_scenario = evidence(scenarios, history, cost_sds, excluded)
     scales, prices = np.exp(LOG_SCALES), np.exp(LOG_PRICES)
@@ -136,9 +142,8 @@ def plan(
     budget = history.registration.budget
     out = np.empty(n)
     for i in range(n):
-        expected = expected_at_one[i][:, :, None] * scales  # (D, P, S)
-        spread = expected * scenarios.value_dispersion + (0.05 * expected) ** 2 + 1e-12
-        fit = np.where(expected > 0, -0.5 * (delivered[i] - expected) ** 2 / spread - 0.5 * np.log(spread), 0.0)
+        rate = np.maximum(expected_at_one[i][:, :, None] * scales / scenarios.value_dispersion, 1e-9)  # (D, P, S)
+        fit = delivered[i] / scenarios.value_dispersion * np.log(rate) - rate
         log_w = log_market[i][:, :, None] + log_prior_s + fit
         w = np.exp(log_w - log_w.max())
         pair = w.sum(axis=2)

@@ -171,16 +171,17 @@ def method_warnings(listed: list[str]) -> list[str]:
 
 
 def _tuning_key(market: Market, method: str, setting: Setting) -> str:
-    payload = json.dumps(
-        {
-            "method": method,
-            "setting": str(setting),
-            "version": TUNING_VERSION,
-            "seed": TUNING_SEED,
-            "train_days": market.split_fingerprint("train"),
-        },
-        sort_keys=True,
-    )
+    fields = {
+        "method": method,
+        "setting": str(setting),
+        "version": TUNING_VERSION,
+        "seed": TUNING_SEED,
+        "train_days": market.split_fingerprint("train"),
+    }
+    # a baseline module may version its own tuner (the planner's likelihood changed in session 23)
+    if (tuner := getattr(BASELINES.get(method), "TUNER_VERSION", None)) is not None:
+        fields["tuner"] = tuner
+    payload = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -319,6 +320,11 @@ def evaluate(
         raise EvaluationError(f"{market.root}: baselines are tuned on the train split, which has no days")
     if split == VALIDATION:
         check_validation_fold(methods)
+    if split in ("train", VALIDATION) and any(m.removeprefix(SHIELD_PREFIX) == "plan" for m in methods):
+        raise EvaluationError(
+            f"plan on --split {split}: its scenarios are the train days, the day it would play among them (score it"
+            " on test or OOD days)"
+        )
     days, train = split_days(market, split, setting, progress)
     market_gains: list[ControllerGains] = []
 

@@ -46,8 +46,18 @@ def scenarios_of(days: DaySet) -> Scenarios:
         cost=c,
         auctions=np.asarray(auctions, dtype=np.float64),
         value_dispersion=float((values**2).sum() / max(values.sum(), 1e-12)),
-        cost_floor=max(0.01 * float(np.median(at_one)), 1e-12),
+        cost_floor=cost_floor(at_one, c),
     )
+
+
+def cost_floor(at_one: np.ndarray, cost: np.ndarray) -> float:
+    """1% of the median slot cost at ratio 1; of the median positive slot cost where that median is 0 (a market
+    that wins little at 1: a floor of ~0 would make a slot that won nothing weigh thousands of nats)."""
+    median = float(np.median(at_one))
+    if median <= 0:
+        positive = cost[cost > 0]
+        median = float(np.median(positive)) if positive.size else 0.0
+    return 0.01 * median
 
 
 class Planner(Bidder):
@@ -70,6 +80,8 @@ class Planner(Bidder):
         return out
 
 
+TUNER_VERSION = "2"
+"""Part of ``rcb evaluate``'s tuning-cache key: 2 since the delivery fit became the compound-Poisson one."""
 MARGINS = (0.0, 0.05, 0.1, 0.2)
 COST_SDS = (0.15, 0.3, 0.6)
 
@@ -79,8 +91,10 @@ def tune_on(
 ) -> tuple[dict[str, Any], float, dict[tuple[float, float, bool], float]]:
     """``margin`` and ``cost_sd`` (and ``noise_aware`` among ``noise_options``) with the best mean train score, each
     train day played without its own scenario; also every candidate's score."""
-    grid = [(m, s, a) for a in noise_options for m in MARGINS for s in COST_SDS]
     n = len(train)
+    if n < 2:
+        raise ValueError(f"the planner tunes on at least 2 train days (each is played without its own); got {n}")
+    grid = [(m, s, a) for a in noise_options for m in MARGINS for s in COST_SDS]
     bidder = Planner(
         scenarios,
         margin=np.repeat([m for m, _, _ in grid], n),
