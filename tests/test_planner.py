@@ -128,3 +128,77 @@ def test_without_delivery_noise_the_noise_aware_count_is_the_indicator(train: Da
             (law.plan(scenarios, history, 0.0, 0.3, noise_aware=True) != law.plan(scenarios, history, 0.0, 0.3)).sum()
         )
     assert differ > 0
+
+
+def test_a_day_with_its_prices_scaled_is_found_at_that_price_multiplier(train: DaySet, scenarios: law.Scenarios):
+    """The shift's sign in the posterior: a train day whose competing prices (and so costs) are scaled by
+    ``p = exp(3 * 0.08)`` is found as that day at ``k = +3``, not at ``k = -3``."""
+    from training.bidders.rm import ConstantRatio
+
+    day, k = 1, 3
+    p = np.exp(k * law.PRICE_STEPS * law.STEP)
+    log = train.logs[day]
+    scaled = DayIndex(dataclasses.replace(log, market_price=log.market_price * p, cost=log.cost * p))
+    outcome = play(ConstantRatio(1.2), [scaled], np.zeros(1, dtype=int), Registration.of(1.0, None), 0)
+    log_market, _, _ = law.evidence(scenarios, outcome.history, np.full(1, 0.3), np.full(1, -1))
+    assert np.unravel_index(np.argmax(log_market[0]), log_market[0].shape) == (day, law.PRICE_SPAN + k)
+
+
+def test_a_scenario_that_expects_nothing_where_the_day_delivered_is_ruled_out(scenarios: law.Scenarios):
+    """The delivery fit at ``E = 0``: two otherwise equal scenario sets, one of which expects no delivery at all;
+    after a delivery the plan follows the one that explains it."""
+    empty = dataclasses.replace(scenarios, delivery=np.zeros_like(scenarios.delivery))
+    both = law.Scenarios(
+        np.concatenate([scenarios.delivery, empty.delivery]),
+        np.concatenate([scenarios.cost, scenarios.cost]),
+        np.concatenate([scenarios.auctions, scenarios.auctions]),
+        scenarios.value_dispersion,
+        scenarios.cost_floor,
+    )
+    registration = Registration.of(1.0, None)
+    history = History(registration)
+    for t in range(12):  # a day that bids 1.0, costs what scenario 0 costs there and delivers twice that
+        at = law.grid_index(np.array([1.0]))[0]
+        history.record(
+            np.ones(1),
+            np.array([2.0 * scenarios.cost[0, t, at]]),
+            np.array([scenarios.cost[0, t, at]]),
+            np.ones(1),
+            np.array([scenarios.auctions[0, t]]),
+        )
+    _, expected, _ = law.evidence(both, history, np.full(1, 0.3), np.full(1, -1))
+    days = scenarios.days
+    assert expected[0, days:].max() == 0 and expected[0, :days].max() > 0
+    # the empty copies weigh nothing: the plan is the one on the real scenarios alone (with a fit of 0 at E = 0,
+    # as in the first version, the empty copies took the posterior and the plan bid for days that deliver nothing)
+    assert law.plan(both, history, 0.0, 0.3) == law.plan(scenarios, history, 0.0, 0.3)
+
+
+def test_no_scenario_left_or_too_few_train_days_is_an_error(train: DaySet, scenarios: law.Scenarios):
+    one = law.Scenarios(scenarios.delivery[:1], scenarios.cost[:1], scenarios.auctions[:1], 1.0, 1.0)
+    with pytest.raises(ValueError, match="leaving none"):
+        law.plan(one, History(Registration.of(1.0, None)), 0.0, 0.3, exclude=0)
+    with pytest.raises(ValueError, match="naming none"):
+        law.plan(scenarios, History(Registration.of(1.0, None)), 0.0, 0.3, exclude=scenarios.days)
+    with pytest.raises(ValueError, match="at least 2 train days"):
+        planner.tune_on(train.subset([0]), one)
+    with pytest.raises(ValueError, match="positive value dispersion"):
+        law.Scenarios(scenarios.delivery, scenarios.cost, scenarios.auctions, 1.0, 0.0)
+
+
+def test_a_margin_moves_the_plan(train: DaySet, scenarios: law.Scenarios):
+    """Somewhere in a played day a margin of 0.3 bids strictly lower than none (the margin is read)."""
+    outcome = play(
+        planner.Planner(scenarios, 0.0, 0.3), train.indexes()[:2], np.arange(2), train.registration(1).take([0, 1]), 0
+    )
+    lower = 0
+    for slot in (0, 10, 24, 40):
+        history = History.of_stats(
+            outcome.history.registration,
+            slot,
+            **{k: getattr(outcome.history, k) for k in ("ratios", "delivery", "cost", "wins", "auctions")},
+        )
+        zero, high = law.plan(scenarios, history, 0.0, 0.3), law.plan(scenarios, history, 0.3, 0.3)
+        assert (high <= zero).all()
+        lower += int((high < zero).sum())
+    assert lower > 0
