@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from model import planner as law
@@ -13,7 +14,7 @@ from model.history import History, Registration
 from training.bidders import planner
 from training.bidders.base import play
 from training.dayset import DaySet
-from training.evaluate import split_days
+from training.evaluate import EvaluationError, evaluate, split_days
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 from training.simulator import DayIndex
@@ -22,8 +23,12 @@ SMALL = config_with(days_id=8, days_ood=2, impressions_per_day=20_000, seed=3)
 
 
 @pytest.fixture(scope="module")
-def train(tmp_path_factory: pytest.TempPathFactory) -> DaySet:
-    market = Market.open(generate_market(tmp_path_factory.mktemp("plan") / "market", SMALL, workers=1).root)
+def market(tmp_path_factory: pytest.TempPathFactory) -> Market:
+    return Market.open(generate_market(tmp_path_factory.mktemp("plan") / "market", SMALL, workers=1).root)
+
+
+@pytest.fixture(scope="module")
+def train(market: Market) -> DaySet:
     _, train = split_days(market, "test", Setting.SC)
     return train()
 
@@ -202,3 +207,20 @@ def test_a_margin_moves_the_plan(train: DaySet, scenarios: law.Scenarios):
         assert (high <= zero).all()
         lower += int((high < zero).sum())
     assert lower > 0
+
+
+def test_rcb_evaluate_tunes_plan_once_reuses_its_cache_and_refuses_its_own_days(
+    market: Market, monkeypatch: pytest.MonkeyPatch
+):
+    first = evaluate(market, "sc", "test", ["plan", "shield:plan"], seeds=1)
+    assert set(first.meta["tuned"]["plan"]) == {"margin", "cost_sd", "train_score"}
+
+    def no_tuning(*args: object, **kwargs: object) -> None:
+        raise AssertionError("plan re-tuned although its cache is valid")
+
+    monkeypatch.setattr(planner, "tune", no_tuning)
+    second = evaluate(market, "sc", "test", ["plan", "shield:plan"], seeds=1)
+    pd.testing.assert_frame_equal(second.episodes, first.episodes)
+    for split in ("validation", "train"):
+        with pytest.raises(EvaluationError, match="its scenarios are the train days"):
+            evaluate(market, "sc", split, ["pid", "shield:plan"], seeds=1)

@@ -97,7 +97,7 @@ class BayesConversion(Bidder):
         """Weights over the scale grid after delivering ``delivered`` where scale 1 expects ``expected``."""
         log_post = self.log_prior.copy()
         if expected > 0:
-            # a 5% relative floor: the twins' mean is itself an estimate (64 twins), not the day's truth
+            # 5% relative error in quadrature: the twins' mean is an estimate (64 twins), not the day's truth
             spread = self.scales * variance + (0.05 * self.scales * expected) ** 2 + 1e-12
             log_post += -0.5 * (delivered - self.scales * expected) ** 2 / spread - 0.5 * np.log(spread)
         weights = np.exp(log_post - log_post.max())

@@ -185,6 +185,15 @@ def _tuning_key(market: Market, method: str, setting: Setting) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def _read_tuning(path: Path) -> dict[str, Any] | None:
+    """A cached tuning record, or None where there is none or it cannot be read (then the baseline is tuned again)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def tuned_baseline(
     market: Market, method: str, setting: Setting, train: Callable[[], DaySet], progress: Progress | None = None
 ) -> tuple[Bidder, dict[str, Any]]:
@@ -192,13 +201,13 @@ def tuned_baseline(
     module = BASELINES[method]
     key = _tuning_key(market, method, setting)
     path = market.root / TUNING_CACHE / f"{method}-{setting}.json"
-    if path.exists():
+    cached = _read_tuning(path)
+    if cached is not None and cached.get("key") == key and isinstance(cached.get("params"), dict):
         try:
-            cached = json.loads(path.read_text())
-            if cached.get("key") == key:
-                return module.from_params(cached["params"], train), cached
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # unreadable cache: tune again
+            # a market that fails to load here (the planner rebuilds its scenarios) is an error, not a retune
+            return module.from_params(cached["params"], train), cached
+        except (KeyError, TypeError):
+            pass  # parameters missing or of the wrong type: tune again
     bidder, score = module.tune(train(), seed=TUNING_SEED, progress=progress)
     record = {"key": key, "method": method, "setting": str(setting), "train_score": score, "params": bidder.params()}
     with contextlib.suppress(OSError):  # read-only market: tuned again next time
@@ -355,11 +364,12 @@ def evaluate(
             if progress:
                 progress("episodes")
             continue
-        bidder, tuned[method] = method_bidder(method, market, setting, train, progress)
+        bidder, record = method_bidder(method, market, setting, train, progress)
         row_label = method_label(listed)  # the method as written, or an ensemble's group label
         if shielded:
             bidder = shielded_by(bidder)
-        tuned[row_label] = tuned.pop(method)
+        # its own copy: METHOD and shield:METHOD listed together each keep their record
+        tuned[row_label] = dict(record)
         indexes = days.indexes(bidder.traffic_buckets)
         for seed in range(1 if bidder.deterministic else seeds):
             outcome = play(bidder, indexes, days.episode_days(), days.registration(), seed)

@@ -66,7 +66,14 @@ class Planner(Bidder):
     name: ClassVar[str] = "plan"
     deterministic: ClassVar[bool] = True  # type: ignore[misc]
 
-    def __init__(self, scenarios: Scenarios, margin: Any, cost_sd: Any, exclude: Any = -1, noise_aware: Any = False):
+    def __init__(
+        self,
+        scenarios: Scenarios,
+        margin: float | np.ndarray,
+        cost_sd: float | np.ndarray,
+        exclude: int | np.ndarray = -1,
+        noise_aware: bool | np.ndarray = False,
+    ):
         self.scenarios, self.margin, self.cost_sd, self.exclude = scenarios, margin, cost_sd, exclude
         self.noise_aware = noise_aware
 
@@ -74,6 +81,9 @@ class Planner(Bidder):
         return plan(self.scenarios, history, self.margin, self.cost_sd, self.exclude, self.noise_aware)
 
     def params(self) -> dict[str, Any]:
+        """The tuned parameters of a planner that has one of each (not of a tuning batch's per-episode arrays)."""
+        if np.ndim(self.margin) or np.ndim(self.cost_sd) or np.ndim(self.noise_aware):
+            raise ValueError("a planner with per-episode parameters has no single set of them")
         out = {"margin": float(self.margin), "cost_sd": float(self.cost_sd)}
         if np.any(self.noise_aware):  # (plan's tuned form has none; the probe's --noise-aware may)
             out["noise_aware"] = True
