@@ -116,6 +116,19 @@ def evidence(
     return log_market, expected, seen
 
 
+def rest_of_day(
+    scenarios: Scenarios, d_idx: np.ndarray, k_idx: np.ndarray, t: int, traffic: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """What each pair (scenario ``d_idx[q]``, price multiplier ``PRICE_K[k_idx[q]]``) wins from slot ``t`` to the end
+    of the day at each ratio of :data:`DECIDE`, its traffic scaled by ``traffic[q]``: delivery at conversion scale 1
+    and cost, ``(Q, J)`` each. Prices times ``p`` make ratio ``r`` win what ``r / p`` won, at ``p`` times the cost."""
+    cols = DECIDE[None, :] - PRICE_K[k_idx][:, None] * PRICE_STEPS
+    rows = np.arange(d_idx.size)[:, None]
+    delivery = scenarios.delivery_after[d_idx, t][rows, cols] * traffic[:, None]
+    cost = scenarios.cost_after[d_idx, t][rows, cols] * (traffic * np.exp(LOG_PRICES)[k_idx])[:, None]
+    return delivery, cost
+
+
 def plan(
     scenarios: Scenarios,
     history: History,
@@ -134,7 +147,7 @@ def plan(
         raise ValueError(f"exclude names a scenario of {scenarios.days}, leaving none or naming none")
     noisy = np.broadcast_to(np.asarray(noise_aware, dtype=bool), (n,))
     log_market, expected_at_one, seen_by_scenario = evidence(scenarios, history, cost_sds, excluded)
-    scales, prices = np.exp(LOG_SCALES), np.exp(LOG_PRICES)
+    scales = np.exp(LOG_SCALES)
     log_prior_s = -0.5 * (LOG_SCALES / CONVERSION_SD) ** 2
     delivered, spent = history.total_delivery, history.total_cost
     seen = history.auctions[:, :t].sum(axis=1)
@@ -149,10 +162,7 @@ def plan(
         pair = w.sum(axis=2)
         d_idx, k_idx = np.nonzero(pair >= PRUNE * pair.max())
         traffic = seen[i] / np.maximum(seen_by_scenario[i, d_idx], 1.0) if t > 0 else np.ones(d_idx.size)
-        cols = DECIDE[None, :] - PRICE_K[k_idx][:, None] * PRICE_STEPS  # (Q, J)
-        rows = np.arange(d_idx.size)[:, None]
-        rest_d = scenarios.delivery_after[d_idx, t][rows, cols] * traffic[:, None]
-        rest_c = scenarios.cost_after[d_idx, t][rows, cols] * (traffic * prices[k_idx])[:, None]
+        rest_d, rest_c = rest_of_day(scenarios, d_idx, k_idx, t, traffic)
         if np.isfinite(budget[i]):
             # a plan whose rest would overspend stops at the budget: its rest is cut pro rata
             room = budget[i] - spent[i]

@@ -224,3 +224,19 @@ def test_rcb_evaluate_tunes_plan_once_reuses_its_cache_and_refuses_its_own_days(
     for split in ("validation", "train"):
         with pytest.raises(EvaluationError, match="its scenarios are the train days"):
             evaluate(market, "sc", split, ["pid", "shield:plan"], seeds=1)
+
+
+def test_the_rest_of_a_price_scaled_day_is_its_scenario_shifted(train: DaySet, scenarios: law.Scenarios):
+    """The shift's sign in the plan: what the plan expects a day with prices scaled by ``p`` to win from slot ``t``
+    at each ratio it may choose is, exactly, what the simulator replays on that day."""
+    day, k = 1, 3
+    p = np.exp(k * law.PRICE_STEPS * law.STEP)
+    log = train.logs[day]
+    scaled = DayIndex(dataclasses.replace(log, market_price=log.market_price * p, cost=log.cost * p))
+    pair = np.array([day]), np.array([law.PRICE_SPAN + k])
+    ratios = law.GRID[law.DECIDE]
+    for t in (0, 20):
+        delivery, cost = law.rest_of_day(scenarios, *pair, t, np.ones(1))
+        outcomes = [scaled.slot_outcome(s, ratios) for s in range(t, SLOTS_PER_DAY)]
+        np.testing.assert_allclose(delivery[0], np.sum([o.delivery for o in outcomes], axis=0), rtol=1e-9)
+        np.testing.assert_allclose(cost[0], np.sum([o.cost for o in outcomes], axis=0), rtol=1e-9)
