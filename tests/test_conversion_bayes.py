@@ -62,8 +62,10 @@ def test_it_bids_on_the_grid_closed_loop_and_refuses_budgets(twins: DayTwins):
     assert first[1] <= first[0]  # a larger ROI margin never bids higher on the same belief
     for _ in range(6):  # (the first slots of this small night-time day deliver nothing on any twin)
         history.record(bidder.bid(history), np.array([50.0, 50.0]), np.array([5.0, 5.0]), np.ones(2), np.ones(2) * 10)
-    bidder.bid(history)
-    assert (bidder.expected > 0).all()  # the slots played were booked at what scale 1 expects
+    expected, _ = bidder.booked(history)
+    assert (expected > 0).all()  # the slots played were booked at what scale 1 expects
+    again = bidder.bid(history)
+    assert np.array_equal(again, bidder.bid(history)) and np.array_equal(bidder.booked(history)[0], expected)
     with pytest.raises(ValueError, match="SC episodes only"):
         bidder.start(Registration.of(1.0, 100.0, n=2), 0)
 

@@ -90,8 +90,17 @@ class BayesConversion(Bidder):
     def start(self, registration: Registration, seed: int) -> None:
         if np.isfinite(registration.budget).any():
             raise ValueError("the bayes reference plays SC episodes only (no budget)")
-        self.expected = np.zeros(registration.n)
-        self.variance = np.zeros(registration.n)
+
+    def booked(self, history: History) -> tuple[np.ndarray, np.ndarray]:
+        """Per episode, the mean and variance over its twins of what scale 1 delivers at the ratios bid so far (from
+        the history alone: asking twice in a slot gives the same answer)."""
+        t = history.slot
+        bid = np.searchsorted(GRID, history.ratios[:, :t] - 1e-9).clip(0, GRID.size - 1)
+        expected, variance = np.zeros(history.n), np.zeros(history.n)
+        for i, twins in enumerate(self.twins_of):
+            expected[i] = sum(twins.mean[s, bid[i, s]] for s in range(t))  # in slot order, left to right
+            variance[i] = sum(twins.var[s, bid[i, s]] for s in range(t))
+        return expected, variance
 
     def posterior(self, delivered: float, expected: float, variance: float) -> np.ndarray:
         """Weights over the scale grid after delivering ``delivered`` where scale 1 expects ``expected``."""
@@ -105,16 +114,12 @@ class BayesConversion(Bidder):
 
     def bid(self, history: History) -> np.ndarray:
         t = history.slot
-        if t > 0:  # book the slot just played: what scale 1 expected at the ratio bid
-            last = np.searchsorted(GRID, history.ratios[:, t - 1] - 1e-9).clip(0, GRID.size - 1)
-            for i, twins in enumerate(self.twins_of):
-                self.expected[i] += twins.mean[t - 1, last[i]]
-                self.variance[i] += twins.var[t - 1, last[i]]
+        expected, variance = self.booked(history)
         delivered, spent = history.total_delivery, history.total_cost
         target = history.registration.roi_target * (1.0 + self.margins)
         ratios = np.empty(history.n)
         for i, twins in enumerate(self.twins_of):
-            weights = self.posterior(delivered[i], self.expected[i], self.variance[i])
+            weights = self.posterior(delivered[i], expected[i], variance[i])
             day_delivery = delivered[i] + self.scales[None, :, None] * twins.delivery_after[:, None, t, :]  # (K, S, G)
             day_cost = spent[i] + twins.cost_after[:, None, t, :]
             counted = np.where((day_delivery >= target[i] * day_cost) & (day_delivery > 0), day_delivery, 0.0)
