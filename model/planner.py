@@ -168,15 +168,58 @@ def plan(
             room = budget[i] - spent[i]
             share = np.clip(np.divide(room, rest_c, out=np.ones_like(rest_c), where=rest_c > 0), 0.0, 1.0)
             rest_d, rest_c = rest_d * share, rest_c * share
-        day_d = delivered[i] + scales[None, :, None] * rest_d[:, None, :]  # (Q, S, J)
-        day_c = spent[i] + rest_c[:, None, :]
+        weights = w[d_idx, k_idx]  # (Q, S)
         if noisy[i]:
+            day_d = delivered[i] + scales[None, :, None] * rest_d[:, None, :]  # (Q, S, J)
+            day_c = spent[i] + rest_c[:, None, :]
             sd = np.sqrt(scales[None, :, None] * rest_d[:, None, :] * scenarios.value_dispersion) + 1e-12
             # P(ROI reaches the target), Phi by its logistic approximation (within 0.01)
             reach = 1.0 / (1.0 + np.exp(np.clip(-1.702 * (day_d - target[i] * day_c) / sd, -50.0, 50.0)))
-            counted = np.where(day_d > 0, day_d * reach, 0.0)
+            value = np.einsum("qsj,qs->j", np.where(day_d > 0, day_d * reach, 0.0), weights)
         else:
-            counted = np.where((day_d >= target[i] * day_c) & (day_d > 0), day_d, 0.0)
-        value = np.einsum("qsj,qs->j", counted, w[d_idx, k_idx])
+            value = feasible_value(delivered[i], spent[i], target[i], scales, rest_d, rest_c, weights)
         out[i] = GRID[DECIDE[int(np.argmax(value))]]
     return out
+
+
+def feasible_value(
+    delivered: float,
+    spent: float,
+    target: float,
+    scales: np.ndarray,
+    rest_d: np.ndarray,
+    rest_c: np.ndarray,
+    weights: np.ndarray,
+) -> np.ndarray:
+    """Per ratio ``j``, ``sum_{q, s} weights[q, s] * D[q, s, j]`` over the (pair, scale) whose day delivery
+    ``D = delivered + s * rest_d[q, j]`` is positive and reaches ``target`` times the day cost ``spent + rest_c[q, j]``.
+
+    Linear in ``s``, so for each (q, j) feasibility is a threshold on the ascending ``scales``: the sum is suffix
+    sums of ``weights`` and ``scales * weights`` read at that threshold, ``(Q, J)`` work instead of ``(Q, S, J)``
+    (:func:`feasible_value_dense` is the direct sum; a test holds them equal)."""
+    zeros = np.zeros((weights.shape[0], 1))
+    w_from = np.concatenate([np.cumsum(weights[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)  # (Q, S + 1)
+    sw_from = np.concatenate([np.cumsum((weights * scales)[:, ::-1], axis=1)[:, ::-1], zeros], axis=1)
+    need = target * (spent + rest_c) - delivered  # what s * rest_d must reach
+    with np.errstate(divide="ignore", invalid="ignore"):
+        threshold = np.where(rest_d > 0, need / rest_d, np.where(need <= 0, -np.inf, np.inf))
+    first = np.searchsorted(scales, threshold, side="left")  # the first scale that reaches it
+    value = delivered * np.take_along_axis(w_from, first, axis=1) + rest_d * np.take_along_axis(sw_from, first, axis=1)
+    value = np.where((rest_d > 0) | (delivered > 0), value, 0.0)  # a day that delivers nothing counts nothing
+    return value.sum(axis=0)
+
+
+def feasible_value_dense(
+    delivered: float,
+    spent: float,
+    target: float,
+    scales: np.ndarray,
+    rest_d: np.ndarray,
+    rest_c: np.ndarray,
+    weights: np.ndarray,
+) -> np.ndarray:
+    """:func:`feasible_value` summed directly over ``(Q, S, J)`` (the reference its test compares to)."""
+    day_d = delivered + scales[None, :, None] * rest_d[:, None, :]
+    day_c = spent + rest_c[:, None, :]
+    counted = np.where((day_d >= target * day_c) & (day_d > 0), day_d, 0.0)
+    return np.einsum("qsj,qs->j", counted, weights)

@@ -240,3 +240,46 @@ def test_the_rest_of_a_price_scaled_day_is_its_scenario_shifted(train: DaySet, s
         outcomes = [scaled.slot_outcome(s, ratios) for s in range(t, SLOTS_PER_DAY)]
         np.testing.assert_allclose(delivery[0], np.sum([o.delivery for o in outcomes], axis=0), rtol=1e-9)
         np.testing.assert_allclose(cost[0], np.sum([o.cost for o in outcomes], axis=0), rtol=1e-9)
+
+
+def test_the_threshold_sum_is_the_direct_sum(train: DaySet, scenarios: law.Scenarios):
+    """feasible_value (suffix sums at a threshold on s) equals feasible_value_dense (the (Q, S, J) sum): on random
+    inputs, zeros and ties included, and on every decision of days played."""
+    rng = np.random.default_rng(0)
+    scales = np.exp(law.LOG_SCALES)
+    for _ in range(200):
+        q, j = rng.integers(1, 40), rng.integers(1, 30)
+        rest_d = rng.exponential(5.0, (q, j)) * (rng.random((q, j)) < 0.8)
+        rest_c = rng.exponential(5.0, (q, j)) * (rng.random((q, j)) < 0.9)
+        weights = rng.random((q, scales.size)) * (rng.random((q, scales.size)) < 0.7)
+        args = (
+            rng.choice([0.0, rng.exponential(3.0)]),
+            rng.exponential(3.0),
+            rng.uniform(0.5, 2.0),
+            scales,
+            rest_d,
+            rest_c,
+            weights,
+        )
+        fast, dense = law.feasible_value(*args), law.feasible_value_dense(*args)
+        np.testing.assert_allclose(fast, dense, rtol=1e-9, atol=1e-12)
+    outcome = play(
+        planner.Planner(scenarios, 0.0, 0.3),
+        train.indexes()[:3],
+        np.arange(3),
+        train.registration(1).take([0, 1, 2]),
+        0,
+    )
+    real = 0
+    for slot in range(0, SLOTS_PER_DAY, 6):
+        history = History.of_stats(
+            outcome.history.registration,
+            slot,
+            **{k: getattr(outcome.history, k) for k in ("ratios", "delivery", "cost", "wins", "auctions")},
+        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(law, "feasible_value", law.feasible_value_dense)
+            dense = law.plan(scenarios, history, 0.0, 0.3)
+        assert np.array_equal(law.plan(scenarios, history, 0.0, 0.3), dense)
+        real += history.n
+    assert real > 0
