@@ -3,8 +3,9 @@
 What a slot update would pay to serve ``plan``, or to train a residual policy on it: the stateless step
 ``plan(scenarios, history, ...)`` rebuilds the posterior from the stored stats and plans the rest of the day. The
 histories are real: the planner plays a market's first test days (SC), and each is cut at the slots listed.
-Side by side in the same run, the baseline: the PID controller's stateless step (``controller_ratios``) on the
-same histories. One thread; median wall time over repeats.
+Side by side in the same run: the planner with its feasible value summed directly over (pairs x scales x ratios)
+(``feasible_value_dense``, the form it had first) and the PID controller's stateless step (``controller_ratios``),
+on the same histories. One thread; median wall time over repeats.
 
     .venv/bin/python benchmarks/bench_planner.py [--market data/suite/sparse] [--days 4] [--slots 0,8,24,47]
 """
@@ -25,6 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 from machine import describe_machine  # benchmarks/machine.py, beside this script
 
+from model import planner as law
 from model.contract import Setting
 from model.controller import ControllerGains, controller_ratios
 from model.history import History
@@ -69,8 +71,11 @@ def main() -> None:
     n = min(args.days, len(days))
     outcome = play(planner, days.indexes()[:n], np.arange(n), days.registration(1).take(list(range(n))), 0)
     margin, cost_sd = record["params"]["margin"], record["params"]["cost_sd"]
-    print(f"| slot | plan, 1 campaign (ms) | PID, 1 campaign (ms) | plan / PID | plan, {n} campaigns at once (ms) |")
-    print("|---:|---:|---:|---:|---:|")
+    print(
+        f"| slot | plan, 1 campaign (ms) | direct sum (ms) | direct / plan | PID (ms) | plan / PID |"
+        f" plan, {n} campaigns at once (ms) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for slot in (int(s) for s in args.slots.split(",")):
         whole = cut(outcome.history, slot)
         one = History.of_stats(
@@ -79,9 +84,18 @@ def main() -> None:
             **{k: getattr(whole, k)[:1] for k in ("ratios", "delivery", "cost", "wins", "auctions")},
         )
         t_plan = median_ms(lambda h=one: plan(scenarios, h, margin, cost_sd), args.repeats)
+        fast = law.feasible_value
+        law.feasible_value = law.feasible_value_dense  # the direct sum, same answers (a test)
+        try:
+            t_dense = median_ms(lambda h=one: plan(scenarios, h, margin, cost_sd), args.repeats)
+        finally:
+            law.feasible_value = fast
         t_pid = median_ms(lambda h=one: controller_ratios(h, gains), args.repeats)
         t_all = median_ms(lambda h=whole: plan(scenarios, h, margin, cost_sd), args.repeats)
-        print(f"| {slot} | {t_plan:.2f} | {t_pid:.3f} | {t_plan / t_pid:.0f}x | {t_all:.1f} |")
+        print(
+            f"| {slot} | {t_plan:.2f} | {t_dense:.2f} | {t_dense / t_plan:.1f}x | {t_pid:.3f} | {t_plan / t_pid:.0f}x |"
+            f" {t_all:.1f} |"
+        )
 
 
 if __name__ == "__main__":
