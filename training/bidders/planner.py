@@ -139,7 +139,9 @@ def from_params(params: dict[str, Any], train: Callable[[], DaySet] | None = Non
 
 def main(
     data: Annotated[Path, typer.Argument(help="A market directory.")],
-    split: Annotated[str, typer.Option(help="test, ood or validation days to play.")] = "test",
+    split: Annotated[
+        str, typer.Option(help="test or ood: the days to play (not train days: they are its scenarios).")
+    ] = "test",
     setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.SC,
     out: Annotated[Path | None, typer.Option(help="Folder for plan.json and episodes.csv.")] = None,
     noise_aware: Annotated[
@@ -149,6 +151,8 @@ def main(
     from training.evaluate import episode_rows, split_days, summarize, tuned_baseline
     from training.market.dataset import Market
 
+    if split not in ("test", "ood"):
+        raise typer.BadParameter(f"--split {split}: the planner's scenarios are the train days; play test or ood days")
     market = Market.open(data)
     days, train = split_days(market, split, setting)
     train_days = train()
