@@ -283,3 +283,13 @@ def test_the_threshold_sum_is_the_direct_sum(train: DaySet, scenarios: law.Scena
         assert np.array_equal(law.plan(scenarios, history, 0.0, 0.3), dense)
         real += history.n
     assert real > 0
+
+
+def test_the_probe_command_refuses_the_train_days_it_plans_on(market: Market):
+    import typer
+    from typer.testing import CliRunner
+
+    app = typer.Typer(add_completion=False)
+    app.command()(planner.main)
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, [str(market.root), "--split", "validation"])
+    assert result.exit_code != 0 and "scenarios are the train days" in result.output
