@@ -3,6 +3,9 @@
 # checks the installed packages and returns in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Scripts started together (two scripts/plan_suite.sh, say) would race pip over one .venv: one setup at a time.
+exec 9> .setup.lock
+flock 9
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   echo "setup: first run: creating .venv and installing about 1.6 GB (torch 2.13.0 CPU build, onnxruntime, onnx,"
