@@ -103,16 +103,22 @@ def evidence(
     log_market = np.broadcast_to(-0.5 * (LOG_PRICES / PRICE_SD) ** 2, (n, days, PRICE_K.size)).copy()
     log_market[exclude >= 0, exclude[exclude >= 0]] = -np.inf
     expected = np.zeros((n, days, PRICE_K.size))
-    prices = np.exp(LOG_PRICES)
+    played = history.slot
+    seen = scenarios.auctions[None, :, :played].sum(axis=2) * np.ones((n, 1))
+    if played == 0:
+        return log_market, expected, seen
+    # every slot played at once: (n, T, D, P); each slot's term added in slot order (a cumulative sum), so the
+    # totals are those of adding them one by one
+    at = grid_index(history.ratios[:, :played])[:, :, None] - PRICE_K * PRICE_STEPS  # (n, T, P)
+    slots = np.arange(played)[None, :, None]
+    traffic = history.auctions[:, :played, None] / np.maximum(scenarios.auctions[:, :played].T[None], 1.0)  # (n, T, D)
+    cost = np.moveaxis(scenarios.cost[:, slots, at], 0, 2) * traffic[..., None] * np.exp(LOG_PRICES)
     floor = scenarios.cost_floor
-    for t in range(history.slot):
-        at = grid_index(history.ratios[:, t])[:, None] - PRICE_K[None, :] * PRICE_STEPS  # (n, P)
-        traffic = history.auctions[:, t][:, None] / np.maximum(scenarios.auctions[None, :, t], 1.0)  # (n, D)
-        cost = np.moveaxis(scenarios.cost[:, t, :][:, at], 1, 0) * traffic[:, :, None] * prices  # (n, D, P)
-        residual = np.log(history.cost[:, t][:, None, None] + floor) - np.log(cost + floor)
-        log_market += -0.5 * (residual / cost_sd[:, None, None]) ** 2
-        expected += np.moveaxis(scenarios.delivery[:, t, :][:, at], 1, 0) * traffic[:, :, None]
-    seen = scenarios.auctions[None, :, : history.slot].sum(axis=2) * np.ones((n, 1))
+    residual = np.log(history.cost[:, :played, None, None] + floor) - np.log(cost + floor)
+    terms = -0.5 * (residual / cost_sd[:, None, None, None]) ** 2
+    log_market = np.cumsum(np.concatenate([log_market[:, None], terms], axis=1), axis=1)[:, -1]
+    delivery = np.moveaxis(scenarios.delivery[:, slots, at], 0, 2) * traffic[..., None]
+    expected = np.cumsum(np.concatenate([expected[:, None], delivery], axis=1), axis=1)[:, -1]
     return log_market, expected, seen
 
 
