@@ -17,11 +17,9 @@ fresh CBRL agent with the current default config (latency does not depend on the
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,22 +28,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machine import describe_machine  # benchmarks/machine.py, beside this script
+from timing import median_ms  # benchmarks/timing.py
 
 from model.artifact import Artifact, EvaluationInfo, TrainingInfo, load_artifact
 from model.contract import SLOTS_PER_DAY
 from model.trajectory import prefix_mask, transitions
 from training.agents.sac import SACAgent, SACConfig
 from training.export import Provenance, export_modules, random_observations
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up: allocations, onnxruntime's first-run planning
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return 1e3 * statistics.median(times)
 
 
 def inputs(rng: np.random.Generator, n: int, latent: int) -> tuple[np.ndarray, ...]:

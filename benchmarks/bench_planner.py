@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -25,31 +23,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 from machine import describe_machine  # benchmarks/machine.py, beside this script
+from timing import median_ms  # benchmarks/timing.py
 
 from model import planner as law
 from model.contract import Setting
 from model.controller import ControllerGains, controller_ratios
-from model.history import History
 from model.planner import plan
 from training.bidders.base import play
-from training.bidders.planner import scenarios_of
 from training.evaluate import split_days, tuned_baseline
 from training.market.dataset import Market
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return 1e3 * statistics.median(times)
-
-
-def cut(history: History, slot: int) -> History:
-    stats = {name: getattr(history, name) for name in ("ratios", "delivery", "cost", "wins", "auctions")}
-    return History.of_stats(history.registration, slot, **stats)
 
 
 def main() -> None:
@@ -63,9 +45,12 @@ def main() -> None:
     market = Market.open(args.market)
     days, train = split_days(market, "test", Setting.SC)
     started = time.perf_counter()
-    scenarios = scenarios_of(train())
-    print(f"scenarios: {scenarios.days} train days of {args.market} in {time.perf_counter() - started:.1f} s")
     planner, record = tuned_baseline(market, "plan", Setting.SC, train)
+    scenarios = planner.scenarios
+    print(
+        f"planner on {scenarios.days} train days of {args.market} ready in {time.perf_counter() - started:.1f} s"
+        " (its scenarios built; parameters from the tuning cache, or tuned now)"
+    )
     pid, _ = tuned_baseline(market, "pid", Setting.SC, train)
     gains = ControllerGains.with_profile(pid.params()["traffic_profile"], pid.params())
     n = min(args.days, len(days))
@@ -77,12 +62,7 @@ def main() -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for slot in (int(s) for s in args.slots.split(",")):
-        whole = cut(outcome.history, slot)
-        one = History.of_stats(
-            whole.registration.take([0]),
-            slot,
-            **{k: getattr(whole, k)[:1] for k in ("ratios", "delivery", "cost", "wins", "auctions")},
-        )
+        whole, one = outcome.history.until(slot), outcome.history.until(slot, [0])
         t_plan = median_ms(lambda h=one: plan(scenarios, h, margin, cost_sd), args.repeats)
         fast = law.feasible_value
         law.feasible_value = law.feasible_value_dense  # the direct sum, same answers (a test)

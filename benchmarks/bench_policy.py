@@ -17,10 +17,7 @@ residual model also runs its reference controller once per prefix when rebuildin
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,20 +25,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machine import describe_machine  # benchmarks/machine.py, beside this script
+from timing import median_ms  # benchmarks/timing.py
 
 from model.artifact import load_artifact
 from model.policy import Policy, states_inputs
 from model.state import CampaignState
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return 1e3 * statistics.median(times)
 
 
 def random_states(rng: np.random.Generator, n: int, slot: int) -> list[CampaignState]:

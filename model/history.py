@@ -124,6 +124,15 @@ class History:
         history.slot = slot
         return history
 
+    def until(self, slot: int, episodes: list[int] | None = None) -> History:
+        """This history as it stood when ``slot`` slots had been reported (of ``episodes`` only, if given): what a
+        bidder asked at ``slot`` saw."""
+        if slot > self.slot:
+            raise ValueError(f"slot {slot} is not reported yet ({self.slot} are)")
+        rows = list(range(self.n)) if episodes is None else episodes
+        stats = {name: getattr(self, name)[rows] for name in ("ratios", *SLOT_STATS)}
+        return History.of_stats(self.registration.take(rows), slot, **stats)
+
     @property
     def total_delivery(self) -> np.ndarray:
         return self.delivery[:, : self.slot].sum(axis=1)

@@ -129,10 +129,6 @@ def test_the_observation_sequence_is_observe_at_every_prefix_bit_for_bit(seed: i
     assert observation_sequence(history).tobytes() == expected.tobytes()
 
 
-def stats_of(history: History) -> dict[str, np.ndarray]:
-    return {name: getattr(history, name) for name in ("ratios", "delivery", "cost", "wins", "auctions")}
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_the_controller_feature_is_the_reference_controllers_ratio_over_4(seed: int):
     """A residual model's extra feature: ``c_t / 4`` after the base features, which it leaves unchanged; the
@@ -153,7 +149,7 @@ def test_the_controller_feature_is_the_reference_controllers_ratio_over_4(seed: 
         with_controller = observe(history, slot=s, controller=gains)
         assert with_controller.shape == (n, N_FEATURES + 1)
         assert np.array_equal(with_controller[:, :N_FEATURES], observe(history, slot=s))
-        expected = controller_ratios(History.of_stats(history.registration, s, **stats_of(history)), gains) / 4
+        expected = controller_ratios(history.until(s), gains) / 4
         assert np.array_equal(with_controller[:, N_FEATURES], expected) and np.all(expected > 0)
     assert observe(history, slot=0, controller=gains)[0, N_FEATURES] == pytest.approx(1.3 / 4)
     sequence = observation_sequence(history, gains)
@@ -181,7 +177,24 @@ def test_the_controller_sequence_is_the_law_on_each_prefix():
         budget_loop = np.log(1.2) + 2.0 * pace[-1] + 0.2 * pace.sum()
         assert sequence[0, k] == pytest.approx(np.exp(roi_loop))
         assert sequence[1, k] == pytest.approx(np.exp(min(roi_loop, budget_loop)))
-        cut = History.of_stats(history.registration, k, **stats_of(history))
+        cut = history.until(k)
         assert np.array_equal(controller_ratios(cut, gains), sequence[:, k])
     with pytest.raises(ValueError, match="not observed yet"):
         controller_sequence(history, gains, until=4)
+
+
+def test_a_history_until_a_slot_is_what_a_bidder_saw_then():
+    """``History.until``: the first ``slot`` slots of some episodes, the rest unreported, as :meth:`History.of_stats`
+    rebuilds them (benchmarks and tests cut played days with it)."""
+    rng = np.random.default_rng(3)
+    history = History(Registration(roi_target=np.array([1.0, 1.5]), budget=np.array([np.inf, 50.0])))
+    for _ in range(12):
+        history.record(rng.uniform(0, 4, 2), rng.random(2), rng.random(2), np.ones(2), np.full(2, 10.0))
+    one = history.until(10, [1])
+    assert one.slot == 10 and one.n == 1
+    assert one.registration.roi_target[0] == 1.5 and one.registration.budget[0] == 50.0
+    assert np.array_equal(one.ratios[0, :10], history.ratios[1, :10]) and not one.ratios[0, 10:].any()
+    assert one.total_cost[0] == history.cost[1, :10].sum()
+    assert np.array_equal(history.until(12).delivery, history.delivery)
+    with pytest.raises(ValueError, match="not reported yet"):
+        history.until(10).until(11)

@@ -122,11 +122,7 @@ def test_without_delivery_noise_the_noise_aware_count_is_the_indicator(train: Da
     quiet = dataclasses.replace(scenarios, value_dispersion=1e-30)
     differ = 0
     for slot in (0, 6, 20, 40):
-        history = History.of_stats(
-            outcome.history.registration,
-            slot,
-            **{k: getattr(outcome.history, k) for k in ("ratios", "delivery", "cost", "wins", "auctions")},
-        )
+        history = outcome.history.until(slot)
         plain = law.plan(quiet, history, 0.0, 0.3)
         assert np.array_equal(law.plan(quiet, history, 0.0, 0.3, noise_aware=True), plain)
         differ += int(
@@ -198,11 +194,7 @@ def test_a_margin_moves_the_plan(train: DaySet, scenarios: law.Scenarios):
     )
     lower = 0
     for slot in (0, 10, 24, 40):
-        history = History.of_stats(
-            outcome.history.registration,
-            slot,
-            **{k: getattr(outcome.history, k) for k in ("ratios", "delivery", "cost", "wins", "auctions")},
-        )
+        history = outcome.history.until(slot)
         zero, high = law.plan(scenarios, history, 0.0, 0.3), law.plan(scenarios, history, 0.3, 0.3)
         assert (high <= zero).all()
         lower += int((high < zero).sum())
@@ -272,11 +264,7 @@ def test_the_threshold_sum_is_the_direct_sum(train: DaySet, scenarios: law.Scena
     )
     real = 0
     for slot in range(0, SLOTS_PER_DAY, 6):
-        history = History.of_stats(
-            outcome.history.registration,
-            slot,
-            **{k: getattr(outcome.history, k) for k in ("ratios", "delivery", "cost", "wins", "auctions")},
-        )
+        history = outcome.history.until(slot)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(law, "feasible_value", law.feasible_value_dense)
             dense = law.plan(scenarios, history, 0.0, 0.3)

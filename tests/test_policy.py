@@ -141,15 +141,7 @@ def test_a_non_bayesian_model_decides_from_the_observation_alone(exported: Expor
     policy = Policy(load_artifact(exported.hard_model))
     decision = policy.decide_states(states_at(played, 20, seed=0))
     bidder = OnnxBidder.load(exported.hard_model)
-    cut = History.of_stats(
-        played.registration,
-        20,
-        ratios=played.ratios,
-        delivery=played.delivery,
-        cost=played.cost,
-        wins=played.wins,
-        auctions=played.auctions,
-    )
+    cut = played.until(20)
     np.testing.assert_allclose(decision.ratio, bidder.bid(cut), atol=RATIO_TOLERANCE, rtol=0)
     assert decision.mean is None and decision.std is None
 
