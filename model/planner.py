@@ -75,15 +75,17 @@ class Scenarios:
             raise ValueError(f"scenario auctions must be {shape[:2]}; got {self.auctions.shape}")
         if not (self.value_dispersion > 0 and self.cost_floor > 0):
             raise ValueError("scenarios need a positive value dispersion and cost floor (a market that delivered)")
-        object.__setattr__(self, "delivery_after", _after(self.delivery))
-        object.__setattr__(self, "cost_after", _after(self.cost))
+        object.__setattr__(self, "delivery_after", from_slot_on(self.delivery))
+        object.__setattr__(self, "cost_after", from_slot_on(self.cost))
 
     @property
     def days(self) -> int:
         return int(self.delivery.shape[0])
 
 
-def _after(x: np.ndarray) -> np.ndarray:
+def from_slot_on(x: np.ndarray) -> np.ndarray:
+    """``(K, T + 1, ...)`` sums of per-slot amounts ``x`` ``(K, T, ...)`` from slot ``t`` to the end of the day (0 at
+    ``t = T``)."""
     tail = np.cumsum(x[:, ::-1], axis=1)[:, ::-1]
     return np.concatenate([tail, np.zeros_like(x[:, :1])], axis=1)
 

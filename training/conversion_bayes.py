@@ -27,6 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from model.history import History, Registration
+from model.planner import from_slot_on
 from training.bidders.base import Bidder
 from training.market.generator import REGIME_PARTS, MarketConfig, draw_regime, generate_twin
 from training.oracle import ORACLE_GRID
@@ -63,12 +64,8 @@ def day_twins(day: int, ood: bool, generator: MarketConfig, twins: range, market
     curves = [slot_curves(DayIndex(generate_twin(day, ood, generator, k, known)), GRID) for k in twins]
     delivery = np.stack([d for d, _ in curves]) / scale  # (K, T, G)
     cost = np.stack([c for _, c in curves])
-
-    def after(x: np.ndarray) -> np.ndarray:
-        tail = np.cumsum(x[:, ::-1], axis=1)[:, ::-1]
-        return np.concatenate([tail, np.zeros_like(x[:, :1])], axis=1).astype(np.float32)
-
-    return DayTwins(delivery.mean(axis=0), delivery.var(axis=0), after(delivery), after(cost))
+    rest_delivery, rest_cost = (from_slot_on(x).astype(np.float32) for x in (delivery, cost))
+    return DayTwins(delivery.mean(axis=0), delivery.var(axis=0), rest_delivery, rest_cost)
 
 
 def _day_twins(args: tuple[int, bool, MarketConfig, range, bool]) -> DayTwins:

@@ -22,23 +22,20 @@ import numpy as np
 import pandas as pd
 import typer
 
-from model.contract import SLOTS_PER_DAY, Setting
+from model.contract import Setting
 from model.history import History
 from model.planner import GRID, Scenarios, plan
 from training.bidders.base import Bidder, play
 from training.bidders.tuning import episode_scores
 from training.dayset import DaySet
+from training.oracle.oracles import slot_curves
 
 
 def scenarios_of(days: DaySet) -> Scenarios:
     """The days' slot curves on :data:`model.planner.GRID` (exact replays), auctions and value dispersion."""
-    delivery, cost, auctions = [], [], []
-    for index, log in zip(days.indexes(), days.logs, strict=True):
-        curves = [index.slot_outcome(t, GRID) for t in range(SLOTS_PER_DAY)]
-        delivery.append([c.delivery for c in curves])
-        cost.append([c.cost for c in curves])
-        auctions.append(np.diff(log.slot_offsets))
-    d, c = np.asarray(delivery, dtype=np.float64), np.asarray(cost, dtype=np.float64)
+    curves = [slot_curves(index, GRID) for index in days.indexes()]
+    d, c = np.stack([x for x, _ in curves]), np.stack([x for _, x in curves])
+    auctions = [np.diff(log.slot_offsets) for log in days.logs]
     values = np.concatenate([log.delivery[log.delivery > 0] for log in days.logs])
     at_one = c[:, :, int(np.argmin(np.abs(GRID - 1.0)))]
     return Scenarios(
