@@ -41,7 +41,9 @@ from training.oracle import OracleKind, market_oracle
 
 BASELINES: dict[str, ModuleType] = {"rm": rm, "pid": pid, "cem": cem, "plan": planner}
 """Tunable baselines: each module has ``tune(train, seed, progress)`` and ``from_params(params, train)`` (``train``
-for a baseline that keeps more than its parameters: the planner's scenarios are the train days)."""
+for a baseline that keeps more than its parameters: the planner's scenarios are the train days). Optional: a
+``TUNER_VERSION`` (part of the tuning-cache key) and ``HOLDS_TRAIN_DAYS`` (why it may not be scored on train or
+validation days, for a baseline that carries the train days themselves)."""
 REFERENCES: dict[str, OracleKind] = {"oracle-day": OracleKind.DAY, "oracle-slot": OracleKind.SLOT}
 """Hindsight reference rows (not bidders: they see the whole day)."""
 TUNING_SEED = 0
@@ -329,11 +331,14 @@ def evaluate(
         raise EvaluationError(f"{market.root}: baselines are tuned on the train split, which has no days")
     if split == VALIDATION:
         check_validation_fold(methods)
-    if split in ("train", VALIDATION) and any(m.removeprefix(SHIELD_PREFIX) == "plan" for m in methods):
-        raise EvaluationError(
-            f"plan on --split {split}: its scenarios are the train days, the day it would play among them (score it"
-            " on test or OOD days)"
-        )
+    if split in ("train", VALIDATION):
+        for listed in methods:
+            base = unshielded(listed)[0]
+            if (reason := getattr(BASELINES.get(base), "HOLDS_TRAIN_DAYS", None)) is not None:
+                raise EvaluationError(
+                    f"{base} on --split {split}: {reason}, the day it would play among them (score it on test or OOD"
+                    " days)"
+                )
     days, train = split_days(market, split, setting, progress)
     market_gains: list[ControllerGains] = []
 

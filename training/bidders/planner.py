@@ -87,6 +87,8 @@ class Planner(Bidder):
         return out
 
 
+HOLDS_TRAIN_DAYS = "its scenarios are the train days"
+"""Why ``rcb evaluate`` (and this module's command) refuse to score it on train or validation days."""
 TUNER_VERSION = "2"
 """Part of ``rcb evaluate``'s tuning-cache key: 2 since the delivery fit became the compound-Poisson one."""
 MARGINS = (0.0, 0.05, 0.1, 0.2)
@@ -149,7 +151,7 @@ def main(
     from training.market.dataset import Market
 
     if split not in ("test", "ood"):
-        raise typer.BadParameter(f"--split {split}: the planner's scenarios are the train days; play test or ood days")
+        raise typer.BadParameter(f"--split {split}: {HOLDS_TRAIN_DAYS}; play test or ood days")
     market = Market.open(data)
     days, train = split_days(market, split, setting)
     train_days = train()
@@ -160,15 +162,14 @@ def main(
         top, (m, sd, _) = max((score, c) for c, score in table.items() if c[2] == option)
         typer.echo(f"best train score with noise_aware={option}: {top:.4f} (margin {m:g}, cost_sd {sd:g})")
     pid, _ = tuned_baseline(market, "pid", setting, train)
-    frames = []
-    for label, bidder in (("pid", pid), ("plan", Planner(scenarios, **params))):
-        outcome = play(bidder, days.indexes(), days.episode_days(1), days.registration(1), 0)
-        frames.append(episode_rows(label, 0, days, outcome.delivery, outcome.cost))
-    for m in MARGINS:  # the whole margin frontier, for reading (not a choice)
+    outcome = play(pid, days.indexes(), days.episode_days(1), days.registration(1), 0)
+    frames = {"pid": episode_rows("pid", 0, days, outcome.delivery, outcome.cost)}
+    for m in MARGINS:  # the whole margin frontier, for reading (not a choice); "plan" is its tuned margin's row
         again = Planner(scenarios, m, params["cost_sd"], noise_aware=params.get("noise_aware", False))
         outcome = play(again, days.indexes(), days.episode_days(1), days.registration(1), 0)
-        frames.append(episode_rows(f"plan@{m:g}", 0, days, outcome.delivery, outcome.cost))
-    episodes = pd.concat(frames, ignore_index=True)
+        frames[f"plan@{m:g}"] = episode_rows(f"plan@{m:g}", 0, days, outcome.delivery, outcome.cost)
+    tuned = frames[f"plan@{params['margin']:g}"].assign(method="plan")
+    episodes = pd.concat([frames["pid"], tuned, *(f for k, f in frames.items() if k != "pid")], ignore_index=True)
     summary = summarize(episodes, list(dict.fromkeys(episodes["method"])))
     for label, row in summary.items():
         typer.echo(f"| {label} | {row['ans_median']:.3f} | {row['csr']:.3f} |")
