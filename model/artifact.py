@@ -12,6 +12,10 @@ A model directory holds
 Non-Bayesian algorithms (hard, crl, uscb, rcpo) have no posterior: their card says ``latent_dim: 0``,
 the directory has no ``encoder.onnx`` and ``policy.onnx`` takes the observation alone.
 
+A **planner** model (``kind: planner``, ``rcb export --plan MARKET``) has no network: ``scenarios.npz`` holds the
+train days' slot curves and the card the tuned parameters of :mod:`model.planner`'s law, which decides each slot
+(numpy, no graph, no features read: ``features`` is empty and ``obs_dim`` 0).
+
 The I/O contract of the two graphs (names, dtypes, shapes; ``batch`` and ``length`` dynamic) lives
 here, next to the loader that enforces it, and the exporter (``training/export.py``) builds the
 graphs from it. :func:`load_artifact` refuses anything it would not serve correctly, with an
@@ -34,6 +38,8 @@ from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
 from model.controller import ControllerGains
 from model.features import CONTROLLER_FEATURE, feature_set
 from model.history import SLOT_STATS
+from model.planner import VERSION as PLANNER_VERSION
+from model.planner import TunedPlanner, load_scenarios
 from model.sampling import sample_posterior
 
 FORMAT: Final = "rcb-model"
@@ -51,6 +57,8 @@ OLD_VERSIONS = {
 CARD_FILE = "model.json"
 POLICY_FILE = "policy.onnx"
 ENCODER_FILE = "encoder.onnx"
+SCENARIOS_FILE = "scenarios.npz"
+"""A planner model's train-day slot curves (:func:`model.planner.save_scenarios`)."""
 MAX_STEPS = SLOTS_PER_DAY
 """The longest trajectory the encoder reads: one transition per slot of the day."""
 REGISTRATION_FIELDS: tuple[str, ...] = ("roi_target", "budget")
@@ -182,11 +190,29 @@ class EvaluationInfo(BaseModel):
     the training market, median ANS and mean CSR of the model alone, behind the shield, and of PID."""
 
 
+class PlannerInfo(_Strict):
+    """A planner model's law (:mod:`model.planner`) and its parameters, tuned on the train days it holds."""
+
+    version: int
+    """:data:`model.planner.VERSION` at export: another version is refused (its grid or priors differ)."""
+    margin: float = Field(ge=0)
+    """Plan for a day ROI of ``L (1 + margin)``."""
+    cost_sd: float = Field(gt=0)
+    """The log-normal sd of a slot's cost against a scenario's."""
+    noise_aware: bool = False
+    train_days: int = Field(ge=2)
+    """Scenarios in ``scenarios.npz`` (the train days)."""
+    train_score: float | None = None
+    """The tuning's mean score on the train days, each played without its own scenario."""
+
+
 class ModelCard(_Strict):
     """``model.json``. Validation checks its internal consistency; :func:`load_artifact` checks it against the code."""
 
     format: Literal["rcb-model"] = FORMAT
     format_version: int
+    kind: Literal["policy", "planner"] = "policy"
+    """``policy``: ONNX graphs decide; ``planner``: :mod:`model.planner` on ``scenarios.npz`` (no graph)."""
     algorithm: str
     setting: Setting
     features: tuple[FeatureSpec, ...]
@@ -195,14 +221,16 @@ class ModelCard(_Strict):
     cost, auctions won, auctions entered): the service asks for exactly these."""
     registration: tuple[str, ...] = REGISTRATION_FIELDS
     """What a campaign registers per episode (L, and B or none): all known before the day."""
-    obs_dim: int = Field(gt=0)
+    obs_dim: int = Field(ge=0)
+    """Width of the observation the policy reads (0 for a planner, which reads the history's stats directly)."""
     latent_dim: int = Field(ge=0)
     """0: a non-Bayesian policy (no ``encoder.onnx``, the policy reads the observation alone)."""
     transition_dim: int | None = None
     """``2 * obs_dim + 1`` (o_i, a_i / 4, o_{i+1}) with an encoder, else None."""
     max_steps: int = MAX_STEPS
     action: ActionRange = ActionRange()
-    opset: int = Field(gt=0)
+    opset: int | None = Field(default=None, gt=0)
+    """The ONNX opset of the graphs (none for a planner)."""
     created: dt.datetime
     source_run: str
     files: dict[str, str]
@@ -212,6 +240,12 @@ class ModelCard(_Strict):
     parity: dict[str, float] = Field(default_factory=dict)
     """Largest |torch - onnxruntime| measured right after export, per output."""
     producer: dict[str, str] = Field(default_factory=dict)
+    planner: PlannerInfo | None = None
+    """A planner model's law and parameters (``kind: planner``), else None."""
+
+    @property
+    def is_planner(self) -> bool:
+        return self.kind == "planner"
 
     @property
     def bayesian(self) -> bool:
@@ -224,10 +258,22 @@ class ModelCard(_Strict):
 
     @property
     def expected_files(self) -> tuple[str, ...]:
+        if self.is_planner:
+            return (SCENARIOS_FILE,)
         return (POLICY_FILE, ENCODER_FILE) if self.bayesian else (POLICY_FILE,)
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelCard:
+        if self.is_planner:
+            if self.planner is None:
+                raise ValueError("a planner model (kind: planner) needs its law's parameters: planner")
+            if self.features or self.obs_dim or self.latent_dim or self.transition_dim is not None:
+                raise ValueError("a planner model reads no features: features [], obs_dim 0, latent_dim 0")
+        else:
+            if self.planner is not None:
+                raise ValueError("planner parameters on a policy model (kind: policy): set kind: planner")
+            if self.obs_dim == 0 or self.opset is None:
+                raise ValueError("a policy model needs its features (obs_dim > 0) and the graphs' opset")
         if self.obs_dim != len(self.features):
             raise ValueError(f"obs_dim {self.obs_dim} differs from the {len(self.features)} features listed")
         if self.bayesian and self.transition_dim != 2 * self.obs_dim + 1:
@@ -314,7 +360,15 @@ def read_card(directory: Path) -> ModelCard:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'model.json'}: {e['msg']}" for e in exc.errors())
         raise ArtifactError(f"{path}: invalid model card: {problems}") from None
-    check_features(card.features, path)
+    if card.is_planner:
+        assert card.planner is not None
+        if card.planner.version != PLANNER_VERSION:
+            raise ArtifactError(
+                f"{path}: planner version {card.planner.version} is not this code's ({PLANNER_VERSION}): its grid or "
+                "priors differ; export it again with this version of rcb (rcb export --plan MARKET)"
+            )
+    else:
+        check_features(card.features, path)
     if (card.action.low, card.action.high) != (RATIO_MIN, RATIO_MAX):
         raise ArtifactError(
             f"{path}: action range [{card.action.low}, {card.action.high}] differs from [{RATIO_MIN}, {RATIO_MAX}]"
@@ -405,11 +459,26 @@ def load_artifact(directory: Path | str, intra_op_threads: int = 1) -> Artifact:
             raise ArtifactError(f"{directory}: incomplete model artifact, {name} is missing")
         if file_sha256(path) != card.files[name]:
             raise ArtifactError(f"{path}: corrupted or replaced (sha256 differs from {CARD_FILE})")
-        sessions[name] = _session(path, intra_op_threads)
+        if not card.is_planner:
+            sessions[name] = _session(path, intra_op_threads)
+    if card.is_planner:
+        return Artifact(directory, card, None, None, _planner(directory / SCENARIOS_FILE, card))
     _check_io(sessions[POLICY_FILE], card.policy_spec(), directory / POLICY_FILE)
     if card.bayesian:
         _check_io(sessions[ENCODER_FILE], card.encoder_spec(), directory / ENCODER_FILE)
     return Artifact(directory, card, sessions[POLICY_FILE], sessions.get(ENCODER_FILE))
+
+
+def _planner(path: Path, card: ModelCard) -> TunedPlanner:
+    """A planner model's law on its scenarios, checked against its card."""
+    assert card.planner is not None
+    try:
+        scenarios = load_scenarios(path)
+    except ValueError as exc:
+        raise ArtifactError(f"{path}: {exc}") from None
+    if scenarios.days != card.planner.train_days:
+        raise ArtifactError(f"{path}: {scenarios.days} scenarios; the card says {card.planner.train_days} train days")
+    return TunedPlanner(scenarios, card.planner.margin, card.planner.cost_sd, card.planner.noise_aware)
 
 
 # --- Inference --------------------------------------------------------------------------------------------
@@ -418,11 +487,15 @@ def load_artifact(directory: Path | str, intra_op_threads: int = 1) -> Artifact:
 class Artifact:
     """A loaded model: batch entry points over onnxruntime sessions, inputs checked against the card."""
 
-    def __init__(self, directory: Path, card: ModelCard, policy: Any, encoder: Any | None):
+    def __init__(
+        self, directory: Path, card: ModelCard, policy: Any, encoder: Any | None, planner: TunedPlanner | None = None
+    ):
         self.directory = directory
         self.card = card
         self._policy = policy
         self._encoder = encoder
+        self.planner = planner
+        """A planner model's law (``kind: planner``; no graphs), else None."""
 
     @property
     def bayesian(self) -> bool:
@@ -469,6 +542,8 @@ class Artifact:
 
     def act(self, obs: np.ndarray, z: np.ndarray | None = None) -> np.ndarray:
         """The deterministic ratio ``(n,)`` float32 in [0, 4] for ``obs (n, F)`` (and ``z (n, latent)`` if Bayesian)."""
+        if self._policy is None:
+            raise ArtifactError(f"{self.directory}: a planner model has no policy graph (model.planner decides)")
         obs = np.ascontiguousarray(obs, dtype=np.float32)
         if obs.ndim != 2 or obs.shape[1] != self.card.obs_dim:
             raise ValueError(f"obs must be (n, {self.card.obs_dim}); got {obs.shape}")

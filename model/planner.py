@@ -25,7 +25,9 @@ policy.
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -50,6 +52,11 @@ PRICE_SD, CONVERSION_SD = 0.4, 0.3
 """Prior sds of the day's log price and log conversion multipliers against a train day."""
 PRUNE = 1e-5
 """``(d, p)`` pairs whose weight is under this share of the heaviest's are left out of the plan."""
+VERSION = 1
+"""The law's version, written on an exported planner's card (:mod:`model.artifact`): bump it when the grid, the
+priors or the rule change, so a model exported under another law is refused instead of bidding differently."""
+SCENARIO_ARRAYS = ("delivery", "cost", "auctions", "value_dispersion", "cost_floor")
+"""What a scenarios file (``.npz``) holds, by name."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,58 @@ class Scenarios:
     @property
     def days(self) -> int:
         return int(self.delivery.shape[0])
+
+
+def save_scenarios(scenarios: Scenarios, path: Path) -> None:
+    """Write ``scenarios`` to ``path`` (a compressed ``.npz`` of :data:`SCENARIO_ARRAYS`, float64: exact)."""
+    with Path(path).open("wb") as f:
+        np.savez_compressed(
+            f,
+            delivery=scenarios.delivery,
+            cost=scenarios.cost,
+            auctions=scenarios.auctions,
+            value_dispersion=np.float64(scenarios.value_dispersion),
+            cost_floor=np.float64(scenarios.cost_floor),
+        )
+
+
+def load_scenarios(path: Path) -> Scenarios:
+    """:func:`save_scenarios`' file read back; ``ValueError`` names what is missing, malformed or not finite."""
+    try:
+        with np.load(Path(path), allow_pickle=False) as f:
+            missing = [name for name in SCENARIO_ARRAYS if name not in f.files]
+            if missing:
+                raise ValueError(f"{path}: scenarios file lacks {', '.join(missing)}")
+            arrays = {name: np.asarray(f[name], dtype=np.float64) for name in SCENARIO_ARRAYS}
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path}: not a readable scenarios file ({exc})") from None
+    if arrays["value_dispersion"].ndim or arrays["cost_floor"].ndim:
+        raise ValueError(f"{path}: value_dispersion and cost_floor must be scalars")
+    if not all(np.all(np.isfinite(a)) for a in arrays.values()):
+        raise ValueError(f"{path}: scenarios hold non-finite numbers")
+    if any(np.any(arrays[name] < 0) for name in ("delivery", "cost", "auctions")):
+        raise ValueError(f"{path}: scenarios hold negative deliveries, costs or auctions")
+    return Scenarios(
+        delivery=arrays["delivery"],
+        cost=arrays["cost"],
+        auctions=arrays["auctions"],
+        value_dispersion=float(arrays["value_dispersion"]),
+        cost_floor=float(arrays["cost_floor"]),
+    )
+
+
+@dataclass(frozen=True)
+class TunedPlanner:
+    """The planner with one set of tuned parameters: what an exported planner model holds and the service runs."""
+
+    scenarios: Scenarios
+    margin: float
+    cost_sd: float
+    noise_aware: bool = False
+
+    def ratios(self, history: History) -> np.ndarray:
+        """The ratio each of ``history``'s campaigns bids in slot ``history.slot`` (:func:`plan`)."""
+        return plan(self.scenarios, history, self.margin, self.cost_sd, noise_aware=self.noise_aware)
 
 
 def from_slot_on(x: np.ndarray) -> np.ndarray:

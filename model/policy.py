@@ -141,6 +141,9 @@ class Policy:
 
     def decide(self, histories: Sequence[History], keys: Sequence[NoiseKey]) -> Decision:
         """Next ratios of every row of ``histories`` (rows in order; each History at its own slot)."""
+        if self.artifact.planner is not None:  # a planner model reads the stats themselves, no features or noise
+            planner = self.artifact.planner
+            return Decision(ratio=_clip(np.concatenate([planner.ratios(h) for h in histories])))
         return self.decide_inputs(decision_inputs(histories, keys, self.latent_dim, self.controller))
 
     def decide_inputs(self, inputs: DecisionInputs) -> Decision:
@@ -154,6 +157,12 @@ class Policy:
 
     def decide_states(self, states: Sequence[CampaignState]) -> Decision:
         """Next ratios of campaigns at any slots: rows grouped by slot, one encoder and one policy call."""
+        if self.artifact.planner is not None:
+            planner = self.artifact.planner
+            ratio = np.empty(len(states))
+            for rows in slot_groups(states):
+                ratio[rows] = planner.ratios(stack_histories([states[i] for i in rows]))
+            return Decision(ratio=_clip(ratio))
         return self.decide_inputs(states_inputs(states, self.latent_dim, self.controller))
 
 
@@ -167,11 +176,9 @@ def states_inputs(
     """
     if not states:
         raise ValueError("no campaign states to decide")
-    by_slot: dict[int, list[int]] = {}
-    for i, state in enumerate(states):
-        by_slot.setdefault(state.slot, []).append(i)
-    order = [i for rows in by_slot.values() for i in rows]
-    histories = [stack_histories([states[i] for i in rows]) for rows in by_slot.values()]
+    groups = slot_groups(states)
+    order = [i for rows in groups for i in rows]
+    histories = [stack_histories([states[i] for i in rows]) for rows in groups]
     keys = [NoiseKey(states[i].seed, states[i].campaign, states[i].episode) for i in order]
     grouped = decision_inputs(histories, keys, latent_dim, controller)
     inverse = np.empty(len(order), dtype=np.int64)
@@ -183,6 +190,14 @@ def states_inputs(
     return DecisionInputs(
         obs=grouped.obs[inverse], steps=back(grouped.steps), mask=back(grouped.mask), eps=back(grouped.eps)
     )
+
+
+def slot_groups(states: Sequence[CampaignState]) -> list[list[int]]:
+    """Row indices grouped by slot, in order of first appearance (a History holds campaigns at one slot)."""
+    by_slot: dict[int, list[int]] = {}
+    for i, state in enumerate(states):
+        by_slot.setdefault(state.slot, []).append(i)
+    return list(by_slot.values())
 
 
 def _clip(ratio: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ from model.artifact import CARD_FILE, Artifact, ArtifactError, load_artifact
 from model.controller import ControllerGains, controller_ratios
 from model.features import out_of_range
 from model.history import History
-from model.policy import Decision, NoiseKey, Policy
+from model.policy import Decision, NoiseKey, Policy, slot_groups
 from model.shield import ShieldConfig, shield
 from model.state import CampaignState, stack_histories
 
@@ -133,7 +133,7 @@ class ModelRunner:
         """
         with self._lock:
             policy, version, gains = self.policy, self.version, self.gains
-        groups = _by_slot(states)
+        groups = slot_groups(states)
         histories = [stack_histories([states[i] for i in rows]) for rows in groups]
         clipped = np.zeros(len(states), dtype=np.int64)
         for rows, history in zip(groups, histories, strict=True):
@@ -192,14 +192,6 @@ class ModelRunner:
         the kernel runs the bids' thread first, and onnxruntime releases the GIL while the encoder runs."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(_background_pool(), self.decide, list(states))
-
-
-def _by_slot(states: Sequence[CampaignState]) -> list[list[int]]:
-    """Row indices grouped by slot (a History holds campaigns at one slot)."""
-    by_slot: dict[int, list[int]] = {}
-    for i, s in enumerate(states):
-        by_slot.setdefault(s.slot, []).append(i)
-    return list(by_slot.values())
 
 
 _BACKGROUND: ThreadPoolExecutor | None = None

@@ -3,7 +3,8 @@
 A six-day generated market (three train days), one CBRL, one residual CBRL (``--residual``: a correction
 of the PID tuned on the train days) and one non-Bayesian (hard) run of one epoch with a handful of
 gradient steps: the weights are barely trained, which is all parity needs, and their episodes still
-win and spend (a policy at its initialization bids ratios around 2).
+win and spend (a policy at its initialization bids ratios around 2). And the planner on the same train days
+(``rcb export --plan``): no network, the same artifact contract.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Exported:
     hard_model: Path
     residual_run: Path
     residual_model: Path
+    plan_model: Path
 
 
 _built: dict[str, Exported] = {}
@@ -34,7 +36,7 @@ def exported_runs(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     """Generate, train and export once; later callers in the session get the same directories."""
     if "runs" not in _built:
         from training.agents.sac import SACConfig
-        from training.export import export_run
+        from training.export import export_planner, export_run
         from training.market.generator import config_with, generate_market
         from training.train import run_training
 
@@ -47,6 +49,7 @@ def exported_runs(tmp_path_factory: pytest.TempPathFactory) -> Exported:
             run_training(market, SETTING, config, root / name)
             export_run(root / name, root / f"model-{name}")
             runs[name] = root / name
+        export_planner(market, SETTING, root / "model-plan")
         _built["runs"] = Exported(
             market,
             runs["cbrl"],
@@ -55,5 +58,6 @@ def exported_runs(tmp_path_factory: pytest.TempPathFactory) -> Exported:
             root / "model-hard",
             runs["residual"],
             root / "model-residual",
+            root / "model-plan",
         )
     return _built["runs"]

@@ -194,7 +194,7 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
         lambda d, e: rewrite_card(d, lambda r: r.update(format_version=FORMAT_VERSION + 1)),
         f"format version {FORMAT_VERSION + 1} is not supported; this code reads version {FORMAT_VERSION}",
     ),
-    "card field missing": (lambda d, e: rewrite_card(d, lambda r: r.pop("opset")), "invalid model card: opset"),
+    "card field missing": (lambda d, e: rewrite_card(d, lambda r: r.pop("opset")), "invalid model card: .*opset"),
     "unknown feature": (
         lambda d, e: rewrite_card(d, _features(lambda f: f[2].update(name="hindsight_oracle"))),
         "features this code does not know: hindsight_oracle",

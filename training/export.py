@@ -47,12 +47,14 @@ from model.artifact import (
     LENGTH,
     MAX_STEPS,
     POLICY_FILE,
+    SCENARIOS_FILE,
     ActionRange,
     Artifact,
     ArtifactError,
     EvaluationInfo,
     GraphSpec,
     ModelCard,
+    PlannerInfo,
     TrainingInfo,
     code_features,
     file_sha256,
@@ -61,13 +63,17 @@ from model.artifact import (
     read_card,
 )
 from model.contract import Setting
+from model.controller import GAIN_FIELDS
 from model.features import feature_set
 from model.features import obs_dim as features_width
+from model.planner import VERSION as PLANNER_VERSION
+from model.planner import save_scenarios
 from model.trajectory import prefix_mask, transitions
 from training.agents.encoder import PosteriorEncoder
 from training.agents.ensemble import EnsembleEncoder
 from training.agents.networks import TanhGaussianPolicy
 from training.agents.sac import reference_of
+from training.bidders.onnx import OnnxBidder
 from training.encoder_graph import encoder_graph
 from training.files import atomic_write_text
 from training.train import RUN_FILE, best_bidder, load_best, load_ensemble_bidder, reference_controller
@@ -451,3 +457,97 @@ def _train_days_reference(body: dict[str, Any]) -> tuple[tuple[float, ...] | Non
         return None, None
     profile = tuple(float(x) for x in reference.pop("traffic_profile"))
     return profile, reference
+
+
+def export_planner(
+    market_dir: Path, setting: Setting, out: Path, force: bool = False, progress: Progress | None = None
+) -> ModelCard:
+    """The planner (:mod:`model.planner`) on ``market_dir``'s train days as a model directory ``out``: its scenarios
+    (``scenarios.npz``), the parameters ``rcb evaluate`` tunes for ``plan`` (the same cache, so ``onnx:OUT`` plays
+    the ``plan`` rows) and the market's PID as the shield's and the fallback's reference (the gains
+    ``shield:plan`` plays). Checked before it replaces ``out``: loaded back, and its ratios equal to the tuned
+    planner's over the first train days played (``parity.ratio``)."""
+    from training.bidders import planner as planner_bidder
+    from training.bidders.base import play
+    from training.evaluate import split_days, tuned_baseline
+    from training.market.dataset import Market
+
+    out = Path(out)
+    check_destination(out, force)
+    market = Market.open(Path(market_dir))
+    if progress:
+        progress("tuning")
+    _, train = split_days(market, "train", setting)
+    tuned, record = tuned_baseline(market, "plan", setting, train)
+    pid, _ = tuned_baseline(market, "pid", setting, train)
+    assert isinstance(tuned, planner_bidder.Planner)
+    params, gains = tuned.params(), pid.params()
+    profile = tuple(float(x) for x in gains.pop("traffic_profile"))
+    days = train()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    building.mkdir()
+    try:
+        if progress:
+            progress(SCENARIOS_FILE)
+        save_scenarios(tuned.scenarios, building / SCENARIOS_FILE)
+        card = ModelCard(
+            format_version=FORMAT_VERSION,
+            kind="planner",
+            algorithm="plan",
+            setting=Setting(setting),
+            features=(),
+            obs_dim=0,
+            latent_dim=0,
+            created=dt.datetime.now(dt.UTC).replace(microsecond=0),
+            source_run=f"plan:{market.root}",
+            files={SCENARIOS_FILE: file_sha256(building / SCENARIOS_FILE)},
+            training=TrainingInfo(
+                run=f"plan:{market.root}",
+                market=str(market.root),
+                data_fingerprint=market.split_fingerprint("train"),
+                epochs=0,
+                config={"tuner_version": planner_bidder.TUNER_VERSION, **params},
+                traffic_profile=profile,
+                controller={k: float(gains[k]) for k in GAIN_FIELDS},
+            ),
+            evaluation=EvaluationInfo(
+                metric="planner: train_score = mean over train days, each played without its own scenario, of "
+                "D / D* x 1[feasible]; test and OOD figures: evaluation.measured"
+            ),
+            planner=PlannerInfo(
+                version=PLANNER_VERSION,
+                margin=float(params["margin"]),
+                cost_sd=float(params["cost_sd"]),
+                noise_aware=bool(params.get("noise_aware", False)),
+                train_days=tuned.scenarios.days,
+                train_score=float(record["train_score"]),
+            ),
+            producer={"numpy": np.__version__},
+        )
+        atomic_write_text(building / CARD_FILE, card.to_json())
+        if progress:
+            progress("parity")
+        try:
+            artifact = load_artifact(building)
+        except ArtifactError as exc:
+            raise ExportError(f"the exported planner does not load: {exc}") from None
+        assert artifact.planner is not None
+        shown = days.subset(np.arange(min(PLANNER_PARITY_DAYS, len(days))))
+        ratios = []
+        for bidder in (tuned, OnnxBidder(artifact)):
+            played = play(bidder, shown.indexes(), shown.episode_days(1), shown.registration(1), 0)
+            ratios.append(played.history.ratios)
+        worst = float(np.max(np.abs(ratios[0] - ratios[1])))
+        if worst > 0:
+            raise ExportError(f"the exported planner does not reproduce the tuned one: ratios off by {worst:.2e}")
+        card = card.model_copy(update={"parity": {"ratio": worst}})
+        atomic_write_text(building / CARD_FILE, card.to_json())
+        _swap_into_place(building, out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return card
+
+
+PLANNER_PARITY_DAYS = 3
+"""Train days the exported planner replays against the tuned one before it replaces the destination."""

@@ -1,4 +1,7 @@
-"""`rcb export --run RUN --out MODEL_DIR`: a training run's best policy as ONNX + model card (SPEC 5)."""
+"""`rcb export --run RUN --out MODEL_DIR`: a training run's best policy as ONNX + model card (SPEC 5).
+
+`rcb export --plan MARKET --setting mc --out MODEL_DIR`: the planner (model/planner.py) on the market's train days,
+its parameters tuned there, as a model the service and `rcb evaluate onnx:MODEL_DIR` run like any other."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from model.contract import Setting
 from rcb.commands.common import check_output_dir, fail, print_json, progress, user_errors
 
 
@@ -21,22 +25,45 @@ def _steps(run: Path) -> int:
 
 
 def export_command(
+    out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
     runs: Annotated[
-        list[Path],
+        list[Path] | None,
         typer.Option(
             "--run",
             help="Training run directory (rcb train --out RUN). Repeat it to export several runs of one market and"
             " setting as one ensemble model (the median of their log-ratios).",
         ),
-    ],
-    out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
+    ] = None,
+    plan: Annotated[
+        Path | None,
+        typer.Option(
+            "--plan",
+            help="A market directory: export the planner (model/planner.py) on its train days instead of a run,"
+            " tuned there as rcb evaluate tunes 'plan' (needs --setting).",
+        ),
+    ] = None,
+    setting: Annotated[
+        Setting | None, typer.Option("--setting", help="sc or mc: the setting the planner is tuned for (--plan).")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite a model artifact already in OUT.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print the export summary as JSON.")] = False,
 ) -> None:
-    """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch."""
+    """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch; or, with --plan,
+    the planner on a market's train days."""
     from training.export import ExportError, check_destination, export_ensemble, export_run
     from training.train import RunError
 
+    if bool(runs) == (plan is not None):
+        raise fail("give --run RUN (repeatable) or --plan MARKET, one of the two")
+    if plan is not None and setting is None:
+        raise fail("--plan needs --setting sc or mc (the planner is tuned for one)")
+    if plan is None and setting is not None:
+        raise fail("--setting is the planner's (--plan); a run's setting is its own")
+    if plan is not None:
+        assert setting is not None
+        _export_plan(plan, setting, out, force, json)
+        return
+    assert runs
     with user_errors():
         try:
             check_output_dir(out)
@@ -80,4 +107,45 @@ def export_command(
         typer.echo(
             f"exported {card.algorithm} ({card.setting}) to {out}: {', '.join(files)} ({size / 1024:.0f} KiB), opset"
             f" {card.opset}, max |torch - onnxruntime| {worst:.1e}"
+        )
+
+
+def _export_plan(market: Path, setting: Setting, out: Path, force: bool, json: bool) -> None:
+    from training.export import ExportError, export_planner
+    from training.market.dataset import MarketError
+
+    steps = {"tuning": 0, "scenarios.npz": 1, "parity": 2}
+    with user_errors():
+        try:
+            check_output_dir(out)
+            with progress(quiet=json) as bar:
+                task = bar.add_task("exporting the planner: tuning on the train days", total=len(steps))
+
+                def step(name: str) -> None:
+                    bar.update(task, description=f"exporting the planner: {name}", completed=steps[name])
+
+                card = export_planner(market, setting, out, force=force, progress=step)
+                bar.update(task, description="exporting the planner: done", completed=len(steps))
+        except (ExportError, MarketError) as exc:
+            raise fail(str(exc)) from None
+    assert card.planner is not None
+    files = sorted(p.name for p in out.iterdir())
+    size = sum((out / name).stat().st_size for name in files)
+    summary = {
+        "out": str(out),
+        "algorithm": card.algorithm,
+        "kind": card.kind,
+        "setting": str(card.setting),
+        "files": files,
+        "bytes": size,
+        "planner": card.planner.model_dump(),
+        "parity": card.parity,
+    }
+    if json:
+        print_json(summary)
+    else:
+        typer.echo(
+            f"exported the planner ({card.setting}) on {card.planner.train_days} train days of {market} to {out}:"
+            f" {', '.join(files)} ({size / 1024:.0f} KiB), margin {card.planner.margin:g}, cost sd"
+            f" {card.planner.cost_sd:g} (train score {card.planner.train_score:.3f})"
         )

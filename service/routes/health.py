@@ -29,6 +29,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
         "model_loaded": artifact is not None,
         "model_version": runner.version,
         "algorithm": None if artifact is None else artifact.card.algorithm,
+        "model_kind": None if artifact is None else artifact.card.kind,
         "setting": None if artifact is None else str(artifact.card.setting),
         "model_error": runner.load_error,
         "noise_seed": settings.noise_seed,

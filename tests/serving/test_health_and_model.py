@@ -29,7 +29,12 @@ def test_ready_with_a_model_and_a_store(models):
     with serving(models.cbrl_model) as c:
         assert c.get("/healthz").json() == {"status": "ok"}
         ready = c.get("/readyz")
-        assert ready.status_code == 200 and ready.json()["algorithm"] == "cbrl" and ready.json()["model_loaded"]
+        assert (
+            ready.status_code == 200
+            and ready.json()["algorithm"] == "cbrl"
+            and ready.json()["model_kind"] == "policy"
+            and ready.json()["model_loaded"]
+        )
         register(c)
         c.post("/v1/slot-update", json=update())
         c.post("/v1/slot-update", json=update())  # replayed

@@ -1,0 +1,206 @@
+"""`rcb export --plan`: the planner as a model artifact (``kind: planner``) that evaluation and the service load.
+
+It plays exactly what ``rcb evaluate``'s ``plan`` baseline plays (same tuning cache, same scenarios, float64), and
+it is refused, with a message naming the problem, when its scenarios or its card are damaged or of another law.
+The service side (HTTP replay equal to these episodes) is ``tests/serving/test_replay.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from artifact_fixtures import SETTING, Exported, exported_runs
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from model import planner as law
+from model.artifact import CARD_FILE, SCENARIOS_FILE, ArtifactError, ModelCard, load_artifact
+from model.controller import GAIN_FIELDS
+from model.policy import Policy
+from model.state import CampaignState
+from rcb.cli import app
+from training.evaluate import evaluate, split_days, tuned_baseline
+from training.market.dataset import Market
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    return exported_runs(tmp_path_factory)
+
+
+def test_the_card_holds_the_tuning_rcb_evaluate_uses_and_the_markets_pid(exported: Exported):
+    market = Market.open(exported.market)
+    _, train = split_days(market, "train", SETTING)
+    plan, record = tuned_baseline(market, "plan", SETTING, train)
+    pid, _ = tuned_baseline(market, "pid", SETTING, train)
+    artifact = load_artifact(exported.plan_model)
+    card = artifact.card
+    assert card.kind == "planner" and card.is_planner and card.algorithm == "plan" and card.setting == SETTING
+    assert card.features == () and card.obs_dim == 0 and not card.bayesian and not card.residual
+    assert card.planner is not None and card.planner.version == law.VERSION
+    assert (card.planner.margin, card.planner.cost_sd) == (plan.params()["margin"], plan.params()["cost_sd"])
+    assert card.planner.train_score == record["train_score"] and card.planner.train_days == len(train())
+    assert card.training.data_fingerprint == market.split_fingerprint("train")
+    gains = pid.params()
+    assert card.training.controller == {k: gains[k] for k in GAIN_FIELDS}
+    assert card.training.traffic_profile == tuple(gains["traffic_profile"])
+    assert card.parity == {"ratio": 0.0} and sorted(card.files) == [SCENARIOS_FILE]
+    # the scenarios are the tuned planner's, bit for bit
+    assert artifact.planner is not None
+    for name in ("delivery", "cost", "auctions"):
+        assert np.array_equal(getattr(artifact.planner.scenarios, name), getattr(plan.scenarios, name))  # type: ignore[attr-defined]
+    with pytest.raises(ArtifactError, match="no policy graph"):
+        artifact.act(np.zeros((1, 0)))
+
+
+def test_evaluating_the_exported_planner_plays_the_plan_rows(exported: Exported):
+    """``onnx:MODEL`` equals ``plan``, and ``shield:onnx:MODEL`` equals ``shield:plan`` (the card's PID is the
+    market's): the same episodes, to the last bit."""
+    model = f"onnx:{exported.plan_model}"
+    run = evaluate(
+        Market.open(exported.market), SETTING, "test", ["plan", model, "shield:plan", f"shield:{model}"], seeds=3
+    )
+    rows = run.episodes.set_index(["method", "day"])[["delivery", "cost"]]
+    assert np.array_equal(rows.loc["plan"].to_numpy(), rows.loc[model].to_numpy())
+    assert np.array_equal(rows.loc["shield:plan"].to_numpy(), rows.loc[f"shield:{model}"].to_numpy())
+    assert run.summary[model]["n_seeds"] == 1  # deterministic: played once
+
+
+def test_campaigns_at_mixed_slots_decide_as_they_would_alone(exported: Exported):
+    policy = Policy(load_artifact(exported.plan_model))
+    states = []
+    for k, slot in enumerate((0, 5, 5, 17, 47)):
+        state = CampaignState.new(f"c{k}", "e", 1.0 + 0.1 * k, None if k % 2 else 50.0, seed=0)
+        rng = np.random.default_rng(k)
+        for _ in range(slot):
+            delivery, cost, wins = rng.uniform(0, 2, size=3)
+            state = state.decided(float(rng.uniform(0.5, 2)), "v").reported(delivery, cost, wins, 100.0 + wins)
+        states.append(state)
+    together = policy.decide_states(states).ratio
+    alone = [policy.decide_states([s]).ratio[0] for s in states]
+    assert np.array_equal(together, alone) and np.all((together > 0) & (together <= 4))
+    assert policy.decide_states(states).mean is None  # no posterior over a latent
+
+
+def test_loading_a_planner_imports_no_torch_or_onnxruntime(exported: Exported):
+    code = (
+        "import sys; from model.artifact import load_artifact; "
+        f"a = load_artifact({str(exported.plan_model)!r}); "
+        "print('torch' in sys.modules, 'onnxruntime' in sys.modules, a.planner.scenarios.days)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.split()[:2] == ["False", "False"]
+
+
+def rewrite_card(directory: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    raw = json.loads((directory / CARD_FILE).read_text())
+    edit(raw)
+    (directory / CARD_FILE).write_text(json.dumps(raw))
+
+
+def replace_scenarios(directory: Path, arrays: dict[str, Any]) -> None:
+    """Swap in another scenarios file and update its checksum, as a careless hand edit would."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    content = buffer.getvalue()
+    (directory / SCENARIOS_FILE).write_bytes(content)
+    rewrite_card(directory, lambda raw: raw["files"].__setitem__(SCENARIOS_FILE, hashlib.sha256(content).hexdigest()))
+
+
+def _arrays(directory: Path, **change: Any) -> dict[str, Any]:
+    with np.load(directory / SCENARIOS_FILE) as f:
+        arrays = {name: f[name] for name in f.files}
+    return {k: v for k, v in {**arrays, **change}.items() if v is not None}
+
+
+BAD_PLANNERS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "no scenarios": (lambda d: (d / SCENARIOS_FILE).unlink(), "scenarios.npz is missing"),
+    "corrupted scenarios": (
+        lambda d: (d / SCENARIOS_FILE).write_bytes((d / SCENARIOS_FILE).read_bytes()[:-10]),
+        "scenarios.npz: corrupted or replaced",
+    ),
+    "not a scenarios file": (
+        lambda d: replace_scenarios(d, {"x": np.zeros(3)}),
+        "scenarios file lacks delivery, cost, auctions, value_dispersion, cost_floor",
+    ),
+    "another grid": (
+        lambda d: replace_scenarios(d, _arrays(d, delivery=_arrays(d)["delivery"][:, :, :-1])),
+        "scenario curves must be",
+    ),
+    "negative costs": (lambda d: replace_scenarios(d, _arrays(d, cost=-_arrays(d)["cost"])), "negative"),
+    "NaN": (lambda d: replace_scenarios(d, _arrays(d, cost_floor=np.float64("nan"))), "non-finite"),
+    "fewer days than the card says": (
+        lambda d: rewrite_card(d, lambda r: r["planner"].update(train_days=r["planner"]["train_days"] + 1)),
+        "the card says",
+    ),
+    "another law": (
+        lambda d: rewrite_card(d, lambda r: r["planner"].update(version=law.VERSION + 1)),
+        f"planner version {law.VERSION + 1} is not this code's",
+    ),
+    "no parameters": (lambda d: rewrite_card(d, lambda r: r.update(planner=None)), "needs its law's parameters"),
+    "features": (
+        lambda d: rewrite_card(d, lambda r: r.update(features=[{"name": "time", "low": 0, "high": 1}], obs_dim=1)),
+        "reads no features",
+    ),
+    "graph listed": (
+        lambda d: rewrite_card(d, lambda r: r["files"].update({"policy.onnx": "x"})),
+        "files must list exactly scenarios.npz",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PLANNERS))
+def test_a_bad_planner_is_refused_with_a_message_naming_the_problem(exported: Exported, tmp_path: Path, case: str):
+    directory = tmp_path / "model"
+    shutil.copytree(exported.plan_model, directory)
+    load_artifact(directory)  # the copy is good
+    damage, message = BAD_PLANNERS[case]
+    damage(directory)
+    with pytest.raises(ArtifactError, match=message):
+        load_artifact(directory)
+
+
+def test_a_policy_card_does_not_carry_planner_parameters(exported: Exported):
+    raw = json.loads((exported.cbrl_model / CARD_FILE).read_text())
+    planner = json.loads((exported.plan_model / CARD_FILE).read_text())["planner"]
+    with pytest.raises(ValidationError, match="planner parameters on a policy model"):
+        ModelCard.model_validate({**raw, "planner": planner})
+    with pytest.raises(ValidationError, match="needs its features"):
+        ModelCard.model_validate({**raw, "opset": None})
+
+
+def test_cli_exports_the_planner_and_refuses_what_it_cannot_do(exported: Exported, tmp_path: Path):
+    out = tmp_path / "plan"
+    result = runner.invoke(
+        app, ["export", "--plan", str(exported.market), "--setting", SETTING, "--out", str(out), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["kind"] == "planner" and summary["files"] == ["model.json", "scenarios.npz"]
+    assert summary["parity"] == {"ratio": 0.0} and summary["planner"]["version"] == law.VERSION
+    again = runner.invoke(app, ["export", "--plan", str(exported.market), "--setting", SETTING, "--out", str(out)])
+    assert again.exit_code == 2 and "--force" in again.output
+    for args, message in [
+        (["--out", str(tmp_path / "a")], "give --run RUN (repeatable) or --plan MARKET"),
+        (["--plan", str(exported.market), "--run", str(exported.hard_run), "--out", str(tmp_path / "b")], "one of"),
+        (["--plan", str(exported.market), "--out", str(tmp_path / "c")], "--plan needs --setting"),
+        (["--run", str(exported.hard_run), "--setting", "sc", "--out", str(tmp_path / "d")], "a run's setting"),
+        (["--plan", str(tmp_path / "nowhere"), "--setting", "sc", "--out", str(tmp_path / "e")], "nowhere"),
+    ]:
+        refused = runner.invoke(app, ["export", *args])
+        assert refused.exit_code == 2 and message in refused.output, refused.output
+        assert "Traceback" not in refused.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan"]
