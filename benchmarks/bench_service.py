@@ -506,7 +506,10 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
         out["boundary"] = {k: med(v) for k, v in walls.items()}
         out["boundary_all"] = walls
 
-        # 5b. the mixed scenario: binary bids at bid_rate over the 10,000 campaigns, the boundary in batches
+        # 5b. the mixed scenario: binary bids at bid_rate over the 10,000 campaigns, the boundary in batches. The bids
+        # run past the boundary's end (a slower model's boundary, the planner's say, must leave bids outside it).
+        bid_duration = max(9.0, 1.5 * max(out["boundary"].values()) + 4.0)
+
         def mixed_run() -> dict:
             restore(client, ids_boundary, saved)
             time.sleep(1.2)
@@ -514,7 +517,7 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
                 "mixed",
                 url,
                 rate=bid_rate,
-                duration=9.0,
+                duration=bid_duration,
                 campaigns=n_boundary,
                 campaign_prefix="b",
                 slot=LAST_SLOT,
@@ -536,6 +539,8 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
                 "burst_errors": burst["errors"],
                 "burst_wall_s": burst["burst_wall_s"],
             }
+            if row["during_p99"] is None or row["outside_p99"] is None:
+                raise RuntimeError("the mixed scenario had no bid during or outside the burst; lengthen the bids")
             row["ratio"] = row["during_p99"] / row["outside_p99"]
             return row
 

@@ -28,11 +28,12 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from model.contract import SLOTS_PER_DAY
-from model.history import History
+from model.history import History, Registration
 
 LOW, HIGH = 0.02, 4.0
 STEP = 0.02
@@ -130,16 +131,46 @@ def load_scenarios(path: Path) -> Scenarios:
 
 @dataclass(frozen=True)
 class TunedPlanner:
-    """The planner with one set of tuned parameters: what an exported planner model holds and the service runs."""
+    """The planner with one set of tuned parameters: what an exported planner model holds and the service runs.
+
+    :meth:`ratios` is :func:`plan`, arranged for a slot boundary of many campaigns: at slot 0 (nothing observed) the
+    plan depends on the registration alone, so campaigns registered alike share one plan (and a bounded cache keeps
+    it for the next registrations); later slots are planned :data:`CHUNK` campaigns at a time, which bounds the
+    posterior's ``(n, slots, days, prices)`` arrays (10,000 campaigns at once would need gigabytes)."""
 
     scenarios: Scenarios
     margin: float
     cost_sd: float
     noise_aware: bool = False
+    _first: dict[tuple[float, float], float] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    CHUNK: ClassVar[int] = 64
+    FIRST_CACHE: ClassVar[int] = 4096
+    """Registrations whose slot-0 ratio is kept (a dict; cleared when full)."""
 
     def ratios(self, history: History) -> np.ndarray:
-        """The ratio each of ``history``'s campaigns bids in slot ``history.slot`` (:func:`plan`)."""
-        return plan(self.scenarios, history, self.margin, self.cost_sd, noise_aware=self.noise_aware)
+        """The ratio each of ``history``'s campaigns bids in slot ``history.slot``: exactly :func:`plan`'s."""
+        if history.slot == 0:
+            return self._first_ratios(history.registration)
+        out = np.empty(history.n)
+        for start in range(0, history.n, self.CHUNK):
+            rows = np.arange(start, min(start + self.CHUNK, history.n))
+            part = history.until(history.slot, rows.tolist())
+            out[rows] = plan(self.scenarios, part, self.margin, self.cost_sd, noise_aware=self.noise_aware)
+        return out
+
+    def _first_ratios(self, registration: Registration) -> np.ndarray:
+        keys = list(zip(registration.roi_target.tolist(), registration.budget.tolist(), strict=True))
+        found = {k: self._first.get(k) for k in dict.fromkeys(keys)}  # read once: another thread may clear it
+        missing = [k for k, ratio in found.items() if ratio is None]
+        if missing:
+            fresh = History(Registration(np.array([k[0] for k in missing]), np.array([k[1] for k in missing])))
+            planned = plan(self.scenarios, fresh, self.margin, self.cost_sd, noise_aware=self.noise_aware).tolist()
+            found.update(zip(missing, planned, strict=True))
+            if len(self._first) + len(missing) > self.FIRST_CACHE:
+                self._first.clear()
+            self._first.update(zip(missing, planned, strict=True))
+        return np.array([found[k] for k in keys])
 
 
 def from_slot_on(x: np.ndarray) -> np.ndarray:

@@ -12,8 +12,10 @@ cd "$(dirname "$0")/.."
 MODEL="${1:?usage: measure_model.sh MODEL_DIR MARKET_DIR}"
 MARKET="${2:?usage: measure_model.sh MODEL_DIR MARKET_DIR}"
 WORK="${WORK:-out/measure-model}"
+# the card's setting (a planner model, rcb export --plan, may be SC)
+SETTING="$(.venv/bin/python -c 'import sys; from model.artifact import read_card; print(read_card(sys.argv[1]).setting)' "$MODEL")"
 for split in test ood; do
-  .venv/bin/rcb evaluate "$MARKET" --setting mc --split "$split" --methods "pid,onnx:$MODEL,shield:onnx:$MODEL" \
+  .venv/bin/rcb evaluate "$MARKET" --setting "$SETTING" --split "$split" --methods "pid,onnx:$MODEL,shield:onnx:$MODEL" \
     --seeds 5 --out "$WORK/figures-$split" > /dev/null
 done
 .venv/bin/python - "$MODEL" "$MARKET" "$WORK" "${SELECTION:-}" <<'PY'
@@ -40,6 +42,7 @@ for split in ("test", "ood"):
         name: {"ans": round(summary[key]["ans_median"], 4), "csr": round(summary[key]["csr"], 4)}
         for name, key in rows.items()
     }
+    measured["seeds"] = summary[f"onnx:{model}"]["n_seeds"]  # 1 for a deterministic model (a planner)
     print(f"{split}: " + ", ".join(f"{n} ANS {v['ans']:.3f} CSR {v['csr']:.2f}" for n, v in measured[split].items()))
 record_figures(Path(model), measured)
 PY

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job, end to end, as a newcomer runs it: set up, generate a small non-stationary market, train a
-# CBRL policy on its train days, export it to ONNX, evaluate it offline against the baselines, then serve it
-# (and the shipped default model beside it) with the embedded store, replay the held-out days through the
-# HTTP API as an ad engine would, and print the results. Outputs land in $OUT (default out/quickstart).
+# CBRL policy on its train days, export it to ONNX (and the Bayesian planner on the same days, a model too),
+# evaluate them offline against the baselines, then serve them (and the shipped default model beside them) with
+# the embedded store, replay the held-out days through the HTTP API as an ad engine would, and print the results.
+# Outputs land in $OUT (default out/quickstart).
 #
 #   bash scripts/quickstart.sh                 # 4-9 minutes on 2 cores, plus the first-run install (1-4 minutes)
 #   KEEP_SERVING=0 bash scripts/quickstart.sh  # stop the service at the end instead of leaving it up
@@ -52,25 +53,27 @@ rm -rf "$OUT/run-cbrl"
 rcb train --data "$MARKET" --setting "$SETTING" --algo cbrl --epochs "$EPOCHS" --updates-per-epoch "$UPDATES" --seed 0 \
   --out "$OUT/run-cbrl"
 
-step "3/6 export the best epoch to ONNX (checked against torch)"
+step "3/6 export the best epoch to ONNX (checked against torch), and the planner on the same train days"
 rcb export --run "$OUT/run-cbrl" --out "$OUT/model" --force
+rcb export --plan "$MARKET" --setting "$SETTING" --out "$OUT/model-plan" --force
 
-step "4/6 offline evaluation on the test days: baselines tuned on the train days, both models, the hindsight oracle"
+step "4/6 offline evaluation on the test days: baselines tuned on the train days, the models, the hindsight oracle"
 rcb evaluate "$MARKET" --setting "$SETTING" --split test --seeds 1 --out "$OUT/evaluate" \
-  --methods "rm,pid,onnx:$OUT/model,shield:onnx:$OUT/model,onnx:models/default,shield:onnx:models/default,oracle-day" \
+  --methods "rm,pid,onnx:$OUT/model,shield:onnx:$OUT/model,onnx:$OUT/model-plan,shield:onnx:$OUT/model-plan,\
+onnx:models/default,shield:onnx:models/default,oracle-day" \
   > "$OUT/evaluate.md"
 
-step "5/6 serve both models (embedded store, safety shield on) and replay the test days through the HTTP API"
+step "5/6 serve the three models (embedded store, safety shield on) and replay the test days through the HTTP API"
 declare -A urls
-for name in fresh default; do
-  model="$OUT/model"
-  [ "$name" = default ] && model=models/default
+declare -A models=([fresh]="$OUT/model" [plan]="$OUT/model-plan" [default]=models/default)
+for name in fresh plan default; do
+  model="${models[$name]}"
   port=$(free_port)
   .venv/bin/rcb serve --model "$model" --port "$port" --log-level warning > "$OUT/serve-$name.log" 2>&1 &
   servers+=($!)
   urls[$name]="http://127.0.0.1:$port"
 done
-for name in fresh default; do
+for name in fresh plan default; do
   wait_ready "${urls[$name]}" || { echo "the $name service did not become ready; see $OUT/serve-$name.log" >&2; exit 1; }
   rcb replay --url "${urls[$name]}" --data "$MARKET" --setting "$SETTING" --split test --concurrency 4 \
     --out "$OUT/replay-$name" > "$OUT/replay-$name.md"
@@ -78,10 +81,10 @@ done
 
 step "6/6 results"
 .venv/bin/python -m training.quickstart_report "$OUT"
-echo "outputs in $OUT: market/, market_report.png, run-cbrl/ (curves.png), model/, evaluate/ (tables, plots)," >&2
-echo "  replay-fresh/ and replay-default/ (the service's own episodes, slots.csv, plots)" >&2
+echo "outputs in $OUT: market/, market_report.png, run-cbrl/ (curves.png), model/, model-plan/, evaluate/ (tables," >&2
+echo "  plots), replay-fresh/, replay-plan/ and replay-default/ (the service's own episodes, slots.csv, plots)" >&2
 if [ "$KEEP_SERVING" = 1 ]; then
-  kill "${servers[1]}" 2>/dev/null || true
+  kill "${servers[1]}" "${servers[2]}" 2>/dev/null || true
   echo "the service with the model trained now is still running: ${urls[fresh]}/ui (stop it: kill ${servers[0]})"
 else
   cleanup

@@ -281,3 +281,28 @@ def test_the_probe_command_refuses_the_train_days_it_plans_on(market: Market):
     app.command()(planner.main)
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, [str(market.root), "--split", "validation"])
     assert result.exit_code != 0 and "scenarios are the train days" in result.output
+
+
+def test_the_served_form_plans_what_plan_does_in_chunks_and_shares_slot_0(
+    train: DaySet, scenarios: law.Scenarios, monkeypatch: pytest.MonkeyPatch
+):
+    """:class:`law.TunedPlanner` (what an exported planner runs): slot 0 once per registration, later slots in chunks
+    of campaigns; the same ratios as :func:`law.plan` on the whole batch, to the bit."""
+    monkeypatch.setattr(law.TunedPlanner, "CHUNK", 3)
+    served = law.TunedPlanner(scenarios, 0.05, 0.3)
+    registration = Registration(np.array([1.0, 1.2, 1.0, 1.2, 0.9]), np.array([np.inf, 50.0, np.inf, 50.0, 20.0]))
+    first = History(registration)
+    assert np.array_equal(served.ratios(first), law.plan(scenarios, first, 0.05, 0.3))
+    assert len(served._first) == 3  # three distinct registrations, planned once each
+    served._first[(1.0, np.inf)] = 9.0  # a cached plan is what it answers (no replanning)
+    assert served.ratios(first)[0] == 9.0
+    monkeypatch.setattr(law.TunedPlanner, "FIRST_CACHE", 3)
+    assert served.ratios(History(Registration.of(0.8, None)))[0] != 9.0 and len(served._first) == 1  # full: cleared
+    n = 2 * len(train)
+    played = play(
+        planner.Planner(scenarios, 0.05, 0.3), train.indexes(), train.episode_days(2), train.registration(2), 0
+    )
+    assert n > law.TunedPlanner.CHUNK
+    for slot in (1, 10, 47):
+        history = played.history.until(slot)
+        assert np.array_equal(served.ratios(history), law.plan(scenarios, history, 0.05, 0.3))

@@ -19,10 +19,13 @@ def main_job(tmp_path: Path) -> Path:
     out = tmp_path / "quickstart"
     offline = {"pid": summary(0.70, 0.88), f"shield:onnx:{out}/model": summary(0.73, 1.0)}
     offline["onnx:models/default"] = summary(0.72, 0.88)
+    offline[f"shield:onnx:{out}/model-plan"] = summary(0.76, 1.0)
     for path, body in (
         ("evaluate/summary.json", offline),
         ("replay-fresh/summary.json", {"service": summary(0.73, 1.0)}),
+        ("replay-plan/summary.json", {"service": summary(0.76, 1.0)}),
         ("replay-default/summary.json", {"service": summary(0.715, 0.88)}),
+        ("model-plan/model.json", {"planner": {"train_days": 8, "margin": 0.05, "cost_sd": 0.3}}),
         ("model/model.json", {"training": {"epochs": 24}, "evaluation": {"best_validation_score": 0.813}}),
     ):
         (out / path).parent.mkdir(parents=True, exist_ok=True)
@@ -34,7 +37,7 @@ def card(best: float | None, members: list[float]) -> dict:
     return {"evaluation": {"best_validation_score": best, "member_validation_scores": members}}
 
 
-def test_the_table_labels_both_models_offline_and_through_the_service(main_job: Path, capsys):
+def test_the_table_labels_the_models_offline_and_through_the_service(main_job: Path, capsys):
     default = main_job.parent / "default"
     default.mkdir()
     (default / "model.json").write_text(json.dumps(card(None, [0.852, 0.871, 0.86])))  # an ensemble's card
@@ -42,6 +45,9 @@ def test_the_table_labels_both_models_offline_and_through_the_service(main_job: 
     text = capsys.readouterr().out
     assert "| CBRL trained now + shield, offline" in text and "|  0.730 |  1.00 |    8 |" in text
     assert "| CBRL default model + shield, through the service" in text
+    assert "| planner (no RL) exported now + shield, offline" in text and "|  0.760 |  1.00 |    8 |" in text
+    assert "| planner (no RL) exported now + shield, through the service" in text
+    assert "same 8 train days as scenarios (margin 0.05, cost sd 0.3" in text
     assert "the ensemble of 3 runs" in text and "0.852-0.871" in text and "(best validation score 0.813)" in text
     assert main([str(main_job / "missing")]) == 2
     assert "run scripts/quickstart.sh" in capsys.readouterr().err

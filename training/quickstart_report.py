@@ -1,8 +1,9 @@
 """The main job's closing table (``scripts/quickstart.sh``, step 6): offline rows beside the service's replays.
 
 ``python -m training.quickstart_report OUT [--default-model DIR]`` reads ``OUT/evaluate/summary.json``
-(``rcb evaluate``), ``OUT/replay-{fresh,default}/summary.json`` (``rcb replay``), ``OUT/model/model.json`` (the
-model trained in the run) and the shipped model's card, and prints the table and what the two models are.
+(``rcb evaluate``), ``OUT/replay-{fresh,plan,default}/summary.json`` (``rcb replay``), ``OUT/model/model.json`` (the
+model trained in the run), ``OUT/model-plan/model.json`` (the planner exported in the run) and the shipped model's
+card, and prints the table and what the models are.
 """
 
 from __future__ import annotations
@@ -13,19 +14,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TRAINED, SHIPPED = "CBRL trained now", "CBRL default model"
+TRAINED, PLANNER, SHIPPED = "CBRL trained now", "planner (no RL) exported now", "CBRL default model"
 
 
 def rows(out: Path, default_model: Path) -> list[tuple[str, dict[str, Any]]]:
     """``(label, summary row)``: each offline method, then each model replayed through the service."""
     offline = json.loads((out / "evaluate" / "summary.json").read_text())
-    names = {f"onnx:{out}/model": TRAINED, f"onnx:{default_model}": SHIPPED}
+    names = {f"onnx:{out}/model": TRAINED, f"onnx:{out}/model-plan": PLANNER, f"onnx:{default_model}": SHIPPED}
     found = []
     for name, summary in offline.items():
         shielded = name.startswith("shield:")
         label = names.get(name.removeprefix("shield:"), name) + (" + shield" if shielded else "")
         found.append((label + ", offline", summary))
-    for replay, title in (("fresh", TRAINED), ("default", SHIPPED)):
+    for replay, title in (("fresh", TRAINED), ("plan", PLANNER), ("default", SHIPPED)):
         summary = json.loads((out / f"replay-{replay}" / "summary.json").read_text())["service"]
         found.append((title + " + shield, through the service", summary))
     return found
@@ -49,19 +50,22 @@ def report(out: Path, default_model: Path) -> str:
     lines = [
         f"MC test days of {out / 'market'}: ANS (mean D/D*, 0 when infeasible), CSR (share of feasible days)",
         "",
-        f"| {'method':<52} | {'ANS':>6} | {'CSR':>5} | {'days':>4} |",
-        f"|{'-' * 54}|{'-' * 8}|{'-' * 7}|{'-' * 6}|",
+        f"| {'method':<60} | {'ANS':>6} | {'CSR':>5} | {'days':>4} |",
+        f"|{'-' * 62}|{'-' * 8}|{'-' * 7}|{'-' * 6}|",
     ]
     for label, s in rows(out, default_model):
-        lines.append(f"| {label:<52} | {s['ans_mean']:6.3f} | {s['csr']:5.2f} | {s['n_episodes']:4d} |")
+        lines.append(f"| {label:<60} | {s['ans_mean']:6.3f} | {s['csr']:5.2f} | {s['n_episodes']:4d} |")
     card = json.loads((out / "model" / "model.json").read_text())
+    planner = json.loads((out / "model-plan" / "model.json").read_text())["planner"]
     default = json.loads((default_model / "model.json").read_text())
     score = card["evaluation"].get("best_validation_score")
     lines += [
         "",
         f"{TRAINED}: the default config, {card['training']['epochs']} epochs on this market's train days"
         + (f" (best validation score {score:.3f})" if score is not None else "")
-        + f". {SHIPPED} ({default_model}): {describe_shipped(default)}, served here on days it has not seen."
+        + f". {PLANNER}: model/planner.py's Bayesian plan on the same {planner['train_days']} train days as scenarios"
+        f" (margin {planner['margin']:g}, cost sd {planner['cost_sd']:g}, tuned there)."
+        + f" {SHIPPED} ({default_model}): {describe_shipped(default)}, served here on days it has not seen."
         " The service runs the safety shield by default: its episodes equal the offline '+ shield' rows.",
         "Full results on the benchmark market and the market suite: RESULTS.md",
     ]
