@@ -51,6 +51,12 @@ LOG_PRICES = PRICE_K * PRICE_STEPS * STEP
 LOG_SCALES = np.linspace(-1.0, 1.0, 21)
 PRICE_SD, CONVERSION_SD = 0.4, 0.3
 """Prior sds of the day's log price and log conversion multipliers against a train day."""
+EDGE_ALERT = 0.5
+"""A posterior with at least this share of its mass on the grids' edges marks a day no scenario explains (the prior
+puts about 0.5% there)."""
+MISFIT_ALERT = 9.0
+"""A best-fitting scenario whose slot costs are off by 3 of its sds on average (mean squared standardized residual
+9) marks a day no scenario explains, even one whose posterior is not on an edge (all scenarios equally wrong)."""
 PRUNE = 1e-5
 """``(d, p)`` pairs whose weight is under this share of the heaviest's are left out of the plan."""
 VERSION = 1
@@ -142,7 +148,10 @@ class TunedPlanner:
     margin: float
     cost_sd: float
     noise_aware: bool = False
-    _first: dict[tuple[float, float], float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _first: dict[tuple[float, float], tuple[float, float, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Slot 0's (ratio, edge mass, misfit) per registration ``(roi_target, budget)``."""
 
     CHUNK: ClassVar[int] = 64
     FIRST_CACHE: ClassVar[int] = 4096
@@ -150,27 +159,59 @@ class TunedPlanner:
 
     def ratios(self, history: History) -> np.ndarray:
         """The ratio each of ``history``'s campaigns bids in slot ``history.slot``: exactly :func:`plan`'s."""
+        return self.decide(history)[0]
+
+    def decide(self, history: History) -> tuple[np.ndarray, Depth]:
+        """:meth:`ratios` and each campaign's signs of being out of the planner's depth (:func:`plan_and_depth`)."""
         if history.slot == 0:
-            return self._first_ratios(history.registration)
-        out = np.empty(history.n)
+            return self._first_slot(history.registration)
+        ratio, parts = np.empty(history.n), []
         for start in range(0, history.n, self.CHUNK):
             rows = np.arange(start, min(start + self.CHUNK, history.n))
-            part = history.until(history.slot, rows.tolist())
-            out[rows] = plan(self.scenarios, part, self.margin, self.cost_sd, noise_aware=self.noise_aware)
-        return out
+            ratio[rows], depth = self._plan(history.until(history.slot, rows.tolist()))
+            parts.append(depth)
+        return ratio, Depth.concat(parts)
 
-    def _first_ratios(self, registration: Registration) -> np.ndarray:
+    def _plan(self, history: History) -> tuple[np.ndarray, Depth]:
+        return plan_and_depth(self.scenarios, history, self.margin, self.cost_sd, noise_aware=self.noise_aware)
+
+    def _first_slot(self, registration: Registration) -> tuple[np.ndarray, Depth]:
         keys = list(zip(registration.roi_target.tolist(), registration.budget.tolist(), strict=True))
         found = {k: self._first.get(k) for k in dict.fromkeys(keys)}  # read once: another thread may clear it
-        missing = [k for k, ratio in found.items() if ratio is None]
+        missing = [k for k, known in found.items() if known is None]
         if missing:
             fresh = History(Registration(np.array([k[0] for k in missing]), np.array([k[1] for k in missing])))
-            planned = plan(self.scenarios, fresh, self.margin, self.cost_sd, noise_aware=self.noise_aware).tolist()
+            ratio, depth = self._plan(fresh)
+            planned = list(zip(ratio.tolist(), depth.edge.tolist(), depth.misfit.tolist(), strict=True))
             found.update(zip(missing, planned, strict=True))
             if len(self._first) + len(missing) > self.FIRST_CACHE:
                 self._first.clear()
             self._first.update(zip(missing, planned, strict=True))
-        return np.array([found[k] for k in keys])
+        answers = np.array([found[k] for k in keys]).reshape(len(keys), 3)
+        return answers[:, 0].copy(), Depth(answers[:, 1].copy(), answers[:, 2].copy())
+
+
+@dataclass(frozen=True)
+class Depth:
+    """Per episode, the signs that the planner is out of its depth (no scenario explains the day so far)."""
+
+    edge: np.ndarray
+    """The posterior's mass on its grids' edges (the most extreme price or conversion multiplier)."""
+    misfit: np.ndarray
+    """The best-fitting (scenario, price multiplier)'s mean squared standardized cost residual over the slots played
+    (0 before any); about 1 where a scenario explains the day's costs."""
+
+    @property
+    def out(self) -> np.ndarray:
+        """``(n,)`` bool: either sign past its alert (:data:`EDGE_ALERT`, :data:`MISFIT_ALERT`)."""
+        return (self.edge >= EDGE_ALERT) | (self.misfit >= MISFIT_ALERT)
+
+    @classmethod
+    def concat(cls, parts: list[Depth]) -> Depth:
+        return cls(np.concatenate([p.edge for p in parts]), np.concatenate([p.misfit for p in parts]))
+
+    def take(self, rows: np.ndarray) -> Depth:
+        return Depth(self.edge[rows], self.misfit[rows])
 
 
 def from_slot_on(x: np.ndarray) -> np.ndarray:
@@ -237,6 +278,19 @@ def plan(
 ) -> np.ndarray:
     """The ratio each of ``history``'s episodes bids in slot ``history.slot`` (see the module docstring).
     ``exclude``: per episode, a scenario it may not use (a train day played while tuning; -1: none)."""
+    return plan_and_depth(scenarios, history, margin, cost_sd, exclude, noise_aware)[0]
+
+
+def plan_and_depth(
+    scenarios: Scenarios,
+    history: History,
+    margin: float | np.ndarray,
+    cost_sd: float | np.ndarray,
+    exclude: int | np.ndarray = -1,
+    noise_aware: bool | np.ndarray = False,
+) -> tuple[np.ndarray, Depth]:
+    """:func:`plan`'s ratios, and per episode the signs that no scenario explains the day (:class:`Depth`): then the
+    planner is out of its depth and its plan is not to be trusted (the service counts such slots as out of range)."""
     n, t = history.n, history.slot
     margins = np.broadcast_to(np.asarray(margin, dtype=np.float64), (n,))
     cost_sds = np.broadcast_to(np.asarray(cost_sd, dtype=np.float64), (n,))
@@ -251,12 +305,17 @@ def plan(
     seen = history.auctions[:, :t].sum(axis=1)
     target = history.registration.roi_target * (1.0 + margins)
     budget = history.registration.budget
-    out = np.empty(n)
+    out, edge = np.empty(n), np.empty(n)
+    # the best-fitting (d, p)'s mean squared standardized cost residual over the slots played (prior and exclusions
+    # aside): about 1 where a scenario explains the day's costs
+    fit_only = np.where(np.isneginf(log_market), -np.inf, log_market + 0.5 * (LOG_PRICES / PRICE_SD) ** 2)
+    misfit = -2.0 * fit_only.reshape(n, -1).max(axis=1) / max(t, 1)
     for i in range(n):
         rate = np.maximum(expected_at_one[i][:, :, None] * scales / scenarios.value_dispersion, 1e-9)  # (D, P, S)
         fit = delivered[i] / scenarios.value_dispersion * np.log(rate) - rate
         log_w = log_market[i][:, :, None] + log_prior_s + fit
         w = np.exp(log_w - log_w.max())
+        edge[i] = (w[:, [0, -1]].sum() + w[:, 1:-1][:, :, [0, -1]].sum()) / w.sum()
         pair = w.sum(axis=2)
         d_idx, k_idx = np.nonzero(pair >= PRUNE * pair.max())
         traffic = seen[i] / np.maximum(seen_by_scenario[i, d_idx], 1.0) if t > 0 else np.ones(d_idx.size)
@@ -277,7 +336,7 @@ def plan(
         else:
             value = feasible_value(delivered[i], spent[i], target[i], scales, rest_d, rest_c, weights)
         out[i] = GRID[DECIDE[int(np.argmax(value))]]
-    return out
+    return out, Depth(edge, misfit)
 
 
 def feasible_value(

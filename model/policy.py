@@ -33,6 +33,7 @@ from model.contract import RATIO_MAX, RATIO_MIN
 from model.controller import ControllerGains
 from model.features import observation_sequence
 from model.history import History
+from model.planner import Depth
 from model.sampling import noise_batch, sample_posterior
 from model.state import CampaignState, stack_histories
 from model.trajectory import episode_steps
@@ -125,6 +126,8 @@ class Decision:
     mean: np.ndarray | None = None
     """``(n, latent)`` posterior mean of z, or None."""
     std: np.ndarray | None = None
+    depth: Depth | None = None
+    """A planner's signs of being out of its depth per row (:class:`model.planner.Depth`), or None."""
 
 
 class Policy:
@@ -143,7 +146,9 @@ class Policy:
         """Next ratios of every row of ``histories`` (rows in order; each History at its own slot)."""
         if self.artifact.planner is not None:  # a planner model reads the stats themselves, no features or noise
             planner = self.artifact.planner
-            return Decision(ratio=_clip(np.concatenate([planner.ratios(h) for h in histories])))
+            decided = [planner.decide(h) for h in histories]
+            ratio = np.concatenate([r for r, _ in decided])
+            return Decision(ratio=_clip(ratio), depth=Depth.concat([d for _, d in decided]))
         return self.decide_inputs(decision_inputs(histories, keys, self.latent_dim, self.controller))
 
     def decide_inputs(self, inputs: DecisionInputs) -> Decision:
@@ -159,10 +164,11 @@ class Policy:
         """Next ratios of campaigns at any slots: rows grouped by slot, one encoder and one policy call."""
         if self.artifact.planner is not None:
             planner = self.artifact.planner
-            ratio = np.empty(len(states))
+            ratio, edge, misfit = np.empty(len(states)), np.empty(len(states)), np.empty(len(states))
             for rows in slot_groups(states):
-                ratio[rows] = planner.ratios(stack_histories([states[i] for i in rows]))
-            return Decision(ratio=_clip(ratio))
+                ratio[rows], depth = planner.decide(stack_histories([states[i] for i in rows]))
+                edge[rows], misfit[rows] = depth.edge, depth.misfit
+            return Decision(ratio=_clip(ratio), depth=Depth(edge, misfit))
         return self.decide_inputs(states_inputs(states, self.latent_dim, self.controller))
 
 

@@ -205,7 +205,7 @@ class Episodes:
         for k, campaign in enumerate(campaigns):
             if decided.decided_by[k] == "shield":
                 self.metrics.shield_actions.labels(campaign=self.metrics.campaign_label(campaign)).inc()
-            if decided.clipped_features[k]:
+            if decided.out_of_range[k]:
                 self.metrics.out_of_range.labels(campaign=self.metrics.campaign_label(campaign)).inc()
 
     async def apply_batch(self, updates: Sequence[SlotUpdate]) -> SlotUpdateBatchAnswer:

@@ -46,7 +46,8 @@ class Metrics:
         )
         self.out_of_range = Counter(
             "rcb_out_of_range_slots_total",
-            "Slots decided on an observation with clipped features (outside the training range), per campaign",
+            "Slots decided outside the model's range (clipped features; a planner's posterior on its grid's edge),"
+            " per campaign",
             ["campaign"],
             registry=r,
         )

@@ -29,6 +29,7 @@ from model.artifact import CARD_FILE, Artifact, ArtifactError, load_artifact
 from model.controller import ControllerGains, controller_ratios
 from model.features import out_of_range
 from model.history import History
+from model.planner import Depth
 from model.policy import Decision, NoiseKey, Policy, slot_groups
 from model.shield import ShieldConfig, shield
 from model.state import CampaignState, stack_histories
@@ -48,8 +49,10 @@ class Decided:
     decided_by: list[str]
     """Per row: ``model``, ``shield`` (the model's ratio moved into the shield's band) or ``fallback``."""
     model_version: str
-    clipped_features: np.ndarray
-    """Per row: how many observation features were outside their range (clipped): out of training range."""
+    out_of_range: np.ndarray
+    """Per row: how many signs say the campaign is outside what the model was built for: the observation features
+    outside their range (clipped), plus one for a planner out of its depth (no scenario explains the day:
+    :attr:`model.planner.Depth.out`)."""
     error: str | None = None
     """Why the fallback decided, when it did."""
 
@@ -140,7 +143,9 @@ class ModelRunner:
             clipped[rows] = out_of_range(history)
         if policy is not None:
             try:
-                ratio, mean, std = self._model_decision(policy, states, groups, histories)
+                ratio, mean, std, depth = self._model_decision(policy, states, groups, histories)
+                if depth is not None:
+                    clipped = clipped + depth.out
                 if not np.all(np.isfinite(ratio)):
                     raise FloatingPointError("the model produced a non-finite ratio")
                 decided_by = ["model"] * len(states)
@@ -161,7 +166,7 @@ class ModelRunner:
     @staticmethod
     def _model_decision(
         policy: Policy, states: Sequence[CampaignState], groups: list[list[int]], histories: list[History]
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, Depth | None]:
         """The policy's decision for the slot groups' histories, answered in the order of ``states``."""
         order = [i for rows in groups for i in rows]
         keys = [NoiseKey(states[i].seed, states[i].campaign, states[i].episode) for i in order]
@@ -170,7 +175,8 @@ class ModelRunner:
         inverse[np.asarray(order)] = np.arange(len(order))
         mean = None if decision.mean is None else decision.mean[inverse]
         std = None if decision.std is None else decision.std[inverse]
-        return decision.ratio[inverse], mean, std
+        depth = None if decision.depth is None else decision.depth.take(inverse)
+        return decision.ratio[inverse], mean, std, depth
 
     def _shielded(
         self, groups: list[list[int]], histories: list[History], ratio: np.ndarray, gains: ControllerGains

@@ -294,7 +294,7 @@ def test_the_served_form_plans_what_plan_does_in_chunks_and_shares_slot_0(
     first = History(registration)
     assert np.array_equal(served.ratios(first), law.plan(scenarios, first, 0.05, 0.3))
     assert len(served._first) == 3  # three distinct registrations, planned once each
-    served._first[(1.0, np.inf)] = 9.0  # a cached plan is what it answers (no replanning)
+    served._first[(1.0, np.inf)] = (9.0, 0.0, 0.0)  # a cached plan is what it answers (no replanning)
     assert served.ratios(first)[0] == 9.0
     monkeypatch.setattr(law.TunedPlanner, "FIRST_CACHE", 3)
     assert served.ratios(History(Registration.of(0.8, None)))[0] != 9.0 and len(served._first) == 1  # full: cleared
@@ -306,3 +306,26 @@ def test_the_served_form_plans_what_plan_does_in_chunks_and_shares_slot_0(
     for slot in (1, 10, 47):
         history = played.history.until(slot)
         assert np.array_equal(served.ratios(history), law.plan(scenarios, history, 0.05, 0.3))
+
+
+def test_the_posterior_on_its_grids_edge_says_the_day_is_out_of_its_depth(train: DaySet, scenarios: law.Scenarios):
+    """A train day played (its own scenario excluded) leaves the posterior inside the grids, its costs explained; the
+    same day with its costs 20x (far pricier than any scenario times the largest price multiplier, e^1.04) puts it
+    on the edge, and no scenario explains its costs (misfit)."""
+    played = play(
+        planner.Planner(scenarios, 0.0, 0.3, exclude=0),
+        train.indexes()[:1],
+        np.zeros(1, int),
+        train.registration(1).take([0]),
+        0,
+    ).history
+    prior = law.plan_and_depth(scenarios, History(played.registration), 0.0, 0.3)[1]
+    assert prior.edge[0] < 0.01 and prior.misfit[0] == 0 and not prior.out[0]  # the prior's own mass there
+    for slot in (8, 24):
+        history = played.until(slot)
+        ratio, depth = law.plan_and_depth(scenarios, history, 0.0, 0.3, exclude=0)
+        assert ratio[0] == law.plan(scenarios, history, 0.0, 0.3, exclude=0)[0] and not depth.out[0]
+        history.cost[:, :slot] *= 20.0
+        pricier = law.plan_and_depth(scenarios, history, 0.0, 0.3, exclude=0)[1]
+        assert pricier.edge[0] >= law.EDGE_ALERT and pricier.misfit[0] >= law.MISFIT_ALERT and pricier.out[0]
+        assert depth.misfit[0] < law.MISFIT_ALERT  # some scenario explains the day (on this tiny market, within 2 sds)

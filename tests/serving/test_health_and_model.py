@@ -161,3 +161,17 @@ def test_a_zero_campaign_limit_counts_every_campaign_under_other():
     metrics = Metrics(campaign_limit=0)
     assert metrics.campaign_label("c1") == OTHER_CAMPAIGNS
     assert Metrics(campaign_limit=1).campaign_label("c1") == "c1"
+
+
+def test_a_planner_out_of_its_depth_is_counted_out_of_range(models):
+    """A planner model whose campaign reports costs no scenario explains (1,000x its market's) has its posterior on
+    its price grid's edge: those slots count in ``rcb_out_of_range_slots_total``; a campaign like its train days'
+    does not."""
+    with serving(models.plan_model) as c:
+        assert c.get("/readyz").json()["model_kind"] == "planner"
+        register(c, campaign="wild")
+        for s in range(4):
+            answer = c.post("/v1/slot-update", json=update(campaign="wild", slot=s, delivery=1.0, cost=5000.0))
+            assert answer.status_code == 200 and answer.json()["decided_by"] == "model"
+        text = c.get("/metrics").text
+        assert metric(text, 'rcb_out_of_range_slots_total{campaign="wild"}') == 4
