@@ -164,9 +164,9 @@ def test_a_zero_campaign_limit_counts_every_campaign_under_other():
 
 
 def test_a_planner_out_of_its_depth_is_counted_out_of_range(models):
-    """A planner model whose campaign reports costs no scenario explains (1,000x its market's) has its posterior on
-    its price grid's edge: those slots count in ``rcb_out_of_range_slots_total``; a campaign like its train days'
-    does not."""
+    """A planner model whose campaign reports costs no scenario explains (5,000 a slot on a market whose slots cost a
+    few units; it then bids low and every scenario is equally wrong: the misfit, not the edge) counts those slots in
+    ``rcb_out_of_range_slots_total``."""
     with serving(models.plan_model) as c:
         assert c.get("/readyz").json()["model_kind"] == "planner"
         register(c, campaign="wild")
