@@ -240,8 +240,8 @@ def evidence(
     seen = scenarios.auctions[None, :, :played].sum(axis=2) * np.ones((n, 1))
     if played == 0:
         return log_market, expected, seen
-    # every slot played at once: (n, T, D, P); each slot's term added in slot order (a cumulative sum), so the
-    # totals are those of adding them one by one
+    # every slot played at once: (n, T, D, P); each slot's term added in slot order (as a cumulative sum would, so
+    # the totals are those of adding them one by one), into the running total in place
     at = grid_index(history.ratios[:, :played])[:, :, None] - PRICE_K * PRICE_STEPS  # (n, T, P)
     slots = np.arange(played)[None, :, None]
     traffic = history.auctions[:, :played, None] / np.maximum(scenarios.auctions[:, :played].T[None], 1.0)  # (n, T, D)
@@ -249,9 +249,10 @@ def evidence(
     floor = scenarios.cost_floor
     residual = np.log(history.cost[:, :played, None, None] + floor) - np.log(cost + floor)
     terms = -0.5 * (residual / cost_sd[:, None, None, None]) ** 2
-    log_market = np.cumsum(np.concatenate([log_market[:, None], terms], axis=1), axis=1)[:, -1]
     delivery = np.moveaxis(scenarios.delivery[:, slots, at], 0, 2) * traffic[..., None]
-    expected = np.cumsum(np.concatenate([expected[:, None], delivery], axis=1), axis=1)[:, -1]
+    for s in range(played):
+        log_market += terms[:, s]
+        expected += delivery[:, s]
     return log_market, expected, seen
 
 
