@@ -13,8 +13,8 @@ from model.contract import SLOTS_PER_DAY, Setting
 from model.history import History, Registration
 from training.bidders import planner
 from training.bidders.base import play
-from training.dayset import DaySet
-from training.evaluate import EvaluationError, evaluate, split_days
+from training.dayset import DaySet, split_validation
+from training.evaluate import evaluate, split_days
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 from training.simulator import DayIndex
@@ -201,7 +201,7 @@ def test_a_margin_moves_the_plan(train: DaySet, scenarios: law.Scenarios):
     assert lower > 0
 
 
-def test_rcb_evaluate_tunes_plan_once_reuses_its_cache_and_refuses_its_own_days(
+def test_rcb_evaluate_tunes_plan_once_reuses_its_cache_and_plays_its_own_days_leaving_each_out(
     market: Market, monkeypatch: pytest.MonkeyPatch
 ):
     first = evaluate(market, "sc", "test", ["plan", "shield:plan"], seeds=1)
@@ -213,9 +213,27 @@ def test_rcb_evaluate_tunes_plan_once_reuses_its_cache_and_refuses_its_own_days(
     monkeypatch.setattr(planner, "tune", no_tuning)
     second = evaluate(market, "sc", "test", ["plan", "shield:plan"], seeds=1)
     pd.testing.assert_frame_equal(second.episodes, first.episodes)
-    for split in ("validation", "train"):
-        with pytest.raises(EvaluationError, match="its scenarios are the train days"):
-            evaluate(market, "sc", split, ["pid", "shield:plan"], seeds=1)
+    params = first.meta["tuned"]["plan"]
+    # train days: each without its own scenario, as tuning plays them, so the mean score is the tuning's train score
+    on_train = evaluate(market, "sc", "train", ["plan"], seeds=1)
+    assert on_train.summary["plan"]["ans_mean"] == pytest.approx(params["train_score"], abs=1e-12)
+    assert on_train.meta["tuned"]["plan"]["left_out"]
+    # validation days: the same, each validation day without its own scenario
+    days, train = split_days(market, "validation", Setting.SC)
+    rows = split_validation(train())[1]
+    scenarios = planner.scenarios_of(train())
+    left_out = planner.Planner(scenarios, params["margin"], params["cost_sd"], exclude=rows)
+    outcome = play(left_out, days.indexes(), days.episode_days(), days.registration(), 0)
+    on_validation = evaluate(market, "sc", "validation", ["plan"], seeds=1).episodes
+    np.testing.assert_array_equal(on_validation["delivery"], outcome.delivery)
+    in_sample = play(
+        planner.Planner(scenarios, params["margin"], params["cost_sd"]),
+        days.indexes(),
+        days.episode_days(),
+        days.registration(),
+        0,
+    )
+    assert not np.array_equal(in_sample.delivery, outcome.delivery)  # its own scenario would have told it the day
 
 
 def test_the_rest_of_a_price_scaled_day_is_its_scenario_shifted(train: DaySet, scenarios: law.Scenarios):

@@ -29,7 +29,7 @@ from model.controller import GAIN_FIELDS
 from model.policy import Policy
 from model.state import CampaignState
 from rcb.cli import app
-from training.evaluate import evaluate, split_days, tuned_baseline
+from training.evaluate import EvaluationError, evaluate, split_days, tuned_baseline
 from training.market.dataset import Market
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,3 +204,10 @@ def test_cli_exports_the_planner_and_refuses_what_it_cannot_do(exported: Exporte
         assert refused.exit_code == 2 and message in refused.output, refused.output
         assert "Traceback" not in refused.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan"]
+
+
+def test_an_exported_planner_is_not_scored_on_its_own_train_days(exported: Exported):
+    market = Market.open(exported.market)
+    for split in ("validation", "train"):
+        with pytest.raises(EvaluationError, match="holds each of them as a scenario"):
+            evaluate(market, SETTING, split, [f"shield:onnx:{exported.plan_model}"], seeds=1)

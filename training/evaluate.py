@@ -42,8 +42,8 @@ from training.oracle import OracleKind, market_oracle
 BASELINES: dict[str, ModuleType] = {"rm": rm, "pid": pid, "cem": cem, "plan": planner}
 """Tunable baselines: each module has ``tune(train, seed, progress)`` and ``from_params(params, train)`` (``train``
 for a baseline that keeps more than its parameters: the planner's scenarios are the train days). Optional: a
-``TUNER_VERSION`` (part of the tuning-cache key) and ``HOLDS_TRAIN_DAYS`` (why it may not be scored on train or
-validation days, for a baseline that carries the train days themselves)."""
+``TUNER_VERSION`` (part of the tuning-cache key) and ``without_own_days(bidder, train_rows)`` (a baseline that
+carries the train days themselves plays train and validation days leave-one-out: each without its own)."""
 REFERENCES: dict[str, OracleKind] = {"oracle-day": OracleKind.DAY, "oracle-slot": OracleKind.SLOT}
 """Hindsight reference rows (not bidders: they see the whole day)."""
 TUNING_SEED = 0
@@ -333,12 +333,7 @@ def evaluate(
         check_validation_fold(methods)
     if split in ("train", VALIDATION):
         for listed in methods:
-            base = unshielded(listed)[0]
-            if (reason := getattr(BASELINES.get(base), "HOLDS_TRAIN_DAYS", None)) is not None:
-                raise EvaluationError(
-                    f"{base} on --split {split}: {reason}, the day it would play among them (score it on test or OOD"
-                    " days)"
-                )
+            check_not_in_sample(unshielded(listed)[0], market, split)
     days, train = split_days(market, split, setting, progress)
     market_gains: list[ControllerGains] = []
 
@@ -371,6 +366,11 @@ def evaluate(
             continue
         bidder, record = method_bidder(method, market, setting, train, progress)
         row_label = method_label(listed)  # the method as written, or an ensemble's group label
+        leave_out = getattr(BASELINES.get(method), "without_own_days", None)
+        if leave_out is not None and split in ("train", VALIDATION):
+            rows = np.arange(len(days)) if split == "train" else split_validation(train())[1]
+            bidder = leave_out(bidder, np.asarray(rows)[days.episode_days()])
+            record["left_out"] = "each day played without its own scenario"
         if shielded:
             bidder = shielded_by(bidder)
         # its own copy: METHOD and shield:METHOD listed together each keep their record
@@ -396,6 +396,22 @@ def evaluate(
     }
     summary = summarize(episodes, [method_label(m) for m in methods], gamma)
     return Evaluation(episodes=episodes, summary=summary, meta=meta)
+
+
+def check_not_in_sample(method: str, market: Market, split: str) -> None:
+    """An exported planner (``rcb export --plan``) of this market holds its train days as scenarios: scored on train
+    or validation days it would find each day among them. (The ``plan`` baseline plays them leave-one-out.)"""
+    if not method.startswith(ONNX_PREFIX):
+        return
+    try:
+        card = read_card(Path(method[len(ONNX_PREFIX) :]))
+    except ArtifactError:
+        return  # an unreadable card fails where it is loaded, with its own message
+    if card.is_planner and card.training.data_fingerprint == market.split_fingerprint("train"):
+        raise EvaluationError(
+            f"{method} on --split {split}: a planner exported from this market's train days holds each of them as a"
+            " scenario (score it on test or OOD days; the plan baseline plays these days leave-one-out)"
+        )
 
 
 def validation_folds_of(method: str) -> list[tuple[str, int]]:

@@ -88,7 +88,17 @@ class Planner(Bidder):
 
 
 HOLDS_TRAIN_DAYS = "its scenarios are the train days"
-"""Why ``rcb evaluate`` (and this module's command) refuse to score it on train or validation days."""
+"""Why this module's command does not play train days; ``rcb evaluate`` plays them leave-one-out
+(:func:`without_own_days`)."""
+
+
+def without_own_days(bidder: Planner, train_rows: np.ndarray) -> Planner:
+    """``bidder`` to play train days, episode ``k`` being train day ``train_rows[k]``: each without its own scenario
+    (leave-one-out, as in tuning), so a train or validation score is not in-sample. Its margin and cost sd were still
+    tuned on all train days (two numbers chosen among twelve)."""
+    return Planner(bidder.scenarios, bidder.margin, bidder.cost_sd, exclude=train_rows, noise_aware=bidder.noise_aware)
+
+
 TUNER_VERSION = "2"
 """Part of ``rcb evaluate``'s tuning-cache key: 2 since the delivery fit became the compound-Poisson one."""
 MARGINS = (0.0, 0.05, 0.1, 0.2)
