@@ -3,7 +3,8 @@ form before it (session 23: the slots' terms concatenated and summed by ``np.cum
 order, so they give the same numbers to the bit (asserted here on every history measured).
 
 The histories: the exported planner (``rcb export --plan``) plays a market's first 8 test days (MC) as 64 campaigns,
-cut at the slots shown. One thread; median of 7. Also the whole served decision (``TunedPlanner.ratios``) now.
+cut at the slots shown. One thread; median of 7. Also the whole served decision (``TunedPlanner.ratios``) now, and
+per slot (slot 0 with every campaign registered differently, as MC budgets are, and all alike).
 
     .venv/bin/python benchmarks/bench_planner_evidence.py [--model out/plan-bench-mc] [--market data/suite/bench]
 """
@@ -93,6 +94,22 @@ def main() -> None:
         whole = median_ms_per_campaign(partial(planner.ratios, history), history.n, 3)
         print(f"| {slot} | {old:.3f} ms | {new:.3f} ms | {old / new:.2f}x | {whole:.2f} ms |")
     print(f"(ms per campaign; {played.n} campaigns; identical evidence asserted)")
+    # the served decision slot by slot; slot 0 twice: every campaign registered differently (MC budgets: no cache
+    # hit) and all registered alike (one plan for all, then the cache)
+    print("\n| slot | served decision (TunedPlanner) |\n|---:|---:|")
+    registration = played.registration
+    distinct = History(
+        type(registration)(registration.roi_target, registration.budget * (1 + np.arange(played.n) / 1e3))
+    )
+    fresh = law.TunedPlanner(planner.scenarios, planner.margin, planner.cost_sd, planner.noise_aware)
+    first = median_ms_per_campaign(partial(fresh.ratios, distinct), played.n, 1)  # uncached: timed once
+    print(f"| 0, distinct registrations | {first:.2f} ms |")
+    alike = History(type(registration).of(1.0, float(registration.budget[0]), n=played.n))
+    once = law.TunedPlanner(planner.scenarios, planner.margin, planner.cost_sd, planner.noise_aware)
+    print(f"| 0, alike (first call) | {median_ms_per_campaign(partial(once.ratios, alike), played.n, 1):.2f} ms |")
+    for slot in (1, 4, 8, 24, 47):
+        whole = median_ms_per_campaign(partial(planner.ratios, played.until(slot)), played.n, 3)
+        print(f"| {slot} | {whole:.2f} ms |")
 
 
 if __name__ == "__main__":

@@ -195,9 +195,9 @@ class PlannerInfo(_Strict):
 
     version: int
     """:data:`model.planner.VERSION` at export: another version is refused (its grid or priors differ)."""
-    margin: float = Field(ge=0)
+    margin: float = Field(ge=0, le=1, allow_inf_nan=False)
     """Plan for a day ROI of ``L (1 + margin)``."""
-    cost_sd: float = Field(gt=0)
+    cost_sd: float = Field(gt=0, le=5, allow_inf_nan=False)
     """The log-normal sd of a slot's cost against a scenario's."""
     noise_aware: bool = False
     train_days: int = Field(ge=2)

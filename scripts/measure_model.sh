@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measure an exported model on its market and write the figures into its card (`evaluation.measured`):
-# test and OOD days, 5 seeds, the model alone, behind the safety shield (model/shield.py's defaults, written
+# test and OOD days, 5 seeds (one play for a deterministic model: a planner), the model alone, behind the safety shield (model/shield.py's defaults, written
 # beside the figures) and the market's tuned PID. The ONNX files are untouched. scripts/build_default_model.sh
 # ends with it; run it alone to re-measure a shipped model after the shield or the metrics changed:
 #
@@ -13,7 +13,14 @@ MODEL="${1:?usage: measure_model.sh MODEL_DIR MARKET_DIR}"
 MARKET="${2:?usage: measure_model.sh MODEL_DIR MARKET_DIR}"
 WORK="${WORK:-out/measure-model}"
 # the card's setting (a planner model, rcb export --plan, may be SC)
-SETTING="$(.venv/bin/python -c 'import sys; from model.artifact import read_card; print(read_card(sys.argv[1]).setting)' "$MODEL")"
+SETTING="$(.venv/bin/python -c '
+import sys
+from model.artifact import ArtifactError, read_card
+try:
+    print(read_card(sys.argv[1]).setting)
+except ArtifactError as exc:
+    sys.exit(f"measure_model.sh: {exc}")
+' "$MODEL")"
 for split in test ood; do
   .venv/bin/rcb evaluate "$MARKET" --setting "$SETTING" --split "$split" --methods "pid,onnx:$MODEL,shield:onnx:$MODEL" \
     --seeds 5 --out "$WORK/figures-$split" > /dev/null

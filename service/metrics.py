@@ -46,8 +46,8 @@ class Metrics:
         )
         self.out_of_range = Counter(
             "rcb_out_of_range_slots_total",
-            "Slots decided outside the model's range (clipped features; a planner's posterior on its grid's edge),"
-            " per campaign",
+            "Slots decided outside the model's range (clipped features; for a planner, no scenario explains the day:"
+            " posterior on its grids' edge or costs misfit), per campaign",
             ["campaign"],
             registry=r,
         )

@@ -51,8 +51,8 @@ class Decided:
     model_version: str
     out_of_range: np.ndarray
     """Per row: how many signs say the campaign is outside what the model was built for: the observation features
-    outside their range (clipped), plus one for a planner out of its depth (no scenario explains the day:
-    :attr:`model.planner.Depth.out`)."""
+    outside their range (clipped); for a planner model, which reads no features, 1 when it is out of its depth (no
+    scenario explains the day: :attr:`model.planner.Depth.out`), else 0."""
     error: str | None = None
     """Why the fallback decided, when it did."""
 
@@ -144,8 +144,8 @@ class ModelRunner:
         if policy is not None:
             try:
                 ratio, mean, std, depth = self._model_decision(policy, states, groups, histories)
-                if depth is not None:
-                    clipped = clipped + depth.out
+                if depth is not None:  # a planner reads no features: its own sign is the one that counts
+                    clipped = depth.out.astype(np.int64)
                 if not np.all(np.isfinite(ratio)):
                     raise FloatingPointError("the model produced a non-finite ratio")
                 decided_by = ["model"] * len(states)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import pandas as pd
@@ -323,7 +324,39 @@ def test_the_served_form_plans_what_plan_does_in_chunks_and_shares_slot_0(
     assert n > law.TunedPlanner.CHUNK
     for slot in (1, 10, 47):
         history = played.history.until(slot)
-        assert np.array_equal(served.ratios(history), law.plan(scenarios, history, 0.05, 0.3))
+        ratio, depth = served.decide(history)
+        whole_ratio, whole_depth = law.plan_and_depth(scenarios, history, 0.05, 0.3)
+        assert np.array_equal(ratio, law.plan(scenarios, history, 0.05, 0.3)) and np.array_equal(ratio, whole_ratio)
+        assert np.array_equal(depth.edge, whole_depth.edge) and np.array_equal(depth.misfit, whole_depth.misfit)
+    # one batch of more distinct registrations than the cache holds leaves it within its bound
+    many = Registration(np.linspace(0.8, 1.2, 7), np.full(7, np.inf))
+    assert np.array_equal(served.ratios(History(many)), law.plan(scenarios, History(many), 0.05, 0.3))
+    assert len(served._first) <= law.TunedPlanner.FIRST_CACHE == 3
+
+
+def test_the_slot_0_cache_answers_right_from_many_threads(scenarios: law.Scenarios, monkeypatch: pytest.MonkeyPatch):
+    """The service decides from several threads: with a cache small enough to be cleared all the time, every thread
+    still gets exactly the plan of its registrations."""
+    monkeypatch.setattr(law.TunedPlanner, "FIRST_CACHE", 4)
+    served = law.TunedPlanner(scenarios, 0.0, 0.3)
+    targets = np.linspace(0.7, 1.5, 12)
+    expected = {float(x): law.plan(scenarios, History(Registration.of(float(x), None)), 0.0, 0.3)[0] for x in targets}
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(30):
+            chosen = rng.choice(targets, size=3)
+            got = served.ratios(History(Registration(chosen, np.full(3, np.inf))))
+            if [expected[float(x)] for x in chosen] != got.tolist():
+                failures.append(f"{chosen} -> {got}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
 
 
 def test_the_posterior_on_its_grids_edge_says_the_day_is_out_of_its_depth(train: DaySet, scenarios: law.Scenarios):

@@ -151,6 +151,8 @@ BAD_PLANNERS: dict[str, tuple[Callable[[Path], None], str]] = {
         f"planner version {law.VERSION + 1} is not this code's",
     ),
     "no parameters": (lambda d: rewrite_card(d, lambda r: r.update(planner=None)), "needs its law's parameters"),
+    "an infinite margin": (lambda d: rewrite_card(d, lambda r: r["planner"].update(margin=float("inf"))), "margin"),
+    "a cost sd of 50": (lambda d: rewrite_card(d, lambda r: r["planner"].update(cost_sd=50.0)), "cost_sd"),
     "features": (
         lambda d: rewrite_card(d, lambda r: r.update(features=[{"name": "time", "low": 0, "high": 1}], obs_dim=1)),
         "reads no features",

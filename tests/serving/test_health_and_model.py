@@ -175,3 +175,27 @@ def test_a_planner_out_of_its_depth_is_counted_out_of_range(models):
             assert answer.status_code == 200 and answer.json()["decided_by"] == "model"
         text = c.get("/metrics").text
         assert metric(text, 'rcb_out_of_range_slots_total{campaign="wild"}') == 4
+
+
+def test_a_batch_counts_out_of_depth_slots_on_the_campaigns_they_belong_to(models):
+    """Campaigns at different slots in one batch (the runner groups them by slot and answers in request order): only
+    the one reporting absurd costs is counted."""
+    with serving(models.plan_model) as c:
+        for campaign in ("calm", "wild", "wild2"):
+            register(c, campaign=campaign)
+        for s in range(3):  # calm ahead: slots 0-2 reported, at costs like its market's
+            assert (
+                c.post("/v1/slot-update", json=update(campaign="calm", slot=s, delivery=0.2, cost=0.2)).status_code
+                == 200
+            )
+        batch = [  # grouped by slot as [wild, wild2], [calm]: answered back in request order
+            update(campaign="wild", slot=0, cost=5000.0),
+            update(campaign="calm", slot=3, delivery=0.2, cost=0.2),
+            update(campaign="wild2", slot=0, cost=5000.0),
+        ]
+        answer = c.post("/v1/slot-update/batch", json={"updates": batch})
+        assert answer.status_code == 200, answer.text
+        text = c.get("/metrics").text
+        assert metric(text, 'rcb_out_of_range_slots_total{campaign="wild"}') == 1
+        assert metric(text, 'rcb_out_of_range_slots_total{campaign="wild2"}') == 1
+        assert metric(text, 'rcb_out_of_range_slots_total{campaign="calm"}') == 0
