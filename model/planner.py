@@ -313,22 +313,30 @@ def plan_and_depth(
     # aside): about 1 where a scenario explains the day's costs
     fit_only = np.where(np.isneginf(log_market), -np.inf, log_market + 0.5 * (LOG_PRICES / PRICE_SD) ** 2)
     misfit = -2.0 * fit_only.reshape(n, -1).max(axis=1) / max(t, 1)
+    # at slot 0 the posterior and the rest of the day depend on a row's excluded scenario alone (nothing observed):
+    # rows that share it share that work, and only the registration's part (budget, target) is their own
+    first_slot: dict[int, tuple[float, np.ndarray, np.ndarray, np.ndarray]] = {}
     for i in range(n):
-        rate = np.maximum(expected_at_one[i][:, :, None] * scales / scenarios.value_dispersion, 1e-9)  # (D, P, S)
-        fit = delivered[i] / scenarios.value_dispersion * np.log(rate) - rate
-        log_w = log_market[i][:, :, None] + log_prior_s + fit
-        w = np.exp(log_w - log_w.max())
-        edge[i] = (w[:, [0, -1]].sum() + w[:, 1:-1][:, :, [0, -1]].sum()) / w.sum()
-        pair = w.sum(axis=2)
-        d_idx, k_idx = np.nonzero(pair >= PRUNE * pair.max())
-        traffic = seen[i] / np.maximum(seen_by_scenario[i, d_idx], 1.0) if t > 0 else np.ones(d_idx.size)
-        rest_d, rest_c = rest_of_day(scenarios, d_idx, k_idx, t, traffic)
+        if t == 0 and int(excluded[i]) in first_slot:
+            edge[i], weights, rest_d, rest_c = first_slot[int(excluded[i])]
+        else:
+            rate = np.maximum(expected_at_one[i][:, :, None] * scales / scenarios.value_dispersion, 1e-9)  # (D, P, S)
+            fit = delivered[i] / scenarios.value_dispersion * np.log(rate) - rate
+            log_w = log_market[i][:, :, None] + log_prior_s + fit
+            w = np.exp(log_w - log_w.max())
+            edge[i] = (w[:, [0, -1]].sum() + w[:, 1:-1][:, :, [0, -1]].sum()) / w.sum()
+            pair = w.sum(axis=2)
+            d_idx, k_idx = np.nonzero(pair >= PRUNE * pair.max())
+            traffic = seen[i] / np.maximum(seen_by_scenario[i, d_idx], 1.0) if t > 0 else np.ones(d_idx.size)
+            rest_d, rest_c = rest_of_day(scenarios, d_idx, k_idx, t, traffic)
+            weights = w[d_idx, k_idx]  # (Q, S)
+            if t == 0:
+                first_slot[int(excluded[i])] = (float(edge[i]), weights, rest_d, rest_c)
         if np.isfinite(budget[i]):
             # a plan whose rest would overspend stops at the budget: its rest is cut pro rata
             room = budget[i] - spent[i]
             share = np.clip(np.divide(room, rest_c, out=np.ones_like(rest_c), where=rest_c > 0), 0.0, 1.0)
-            rest_d, rest_c = rest_d * share, rest_c * share
-        weights = w[d_idx, k_idx]  # (Q, S)
+            rest_d, rest_c = rest_d * share, rest_c * share  # new arrays: a shared slot-0 rest stays as it was
         if noisy[i]:
             day_d = delivered[i] + scales[None, :, None] * rest_d[:, None, :]  # (Q, S, J)
             day_c = spent[i] + rest_c[:, None, :]

@@ -380,3 +380,20 @@ def test_the_posterior_on_its_grids_edge_says_the_day_is_out_of_its_depth(train:
         pricier = law.plan_and_depth(scenarios, history, 0.0, 0.3, exclude=0)[1]
         assert pricier.edge[0] >= law.EDGE_ALERT and pricier.misfit[0] >= law.MISFIT_ALERT and pricier.out[0]
         assert depth.misfit[0] < law.MISFIT_ALERT  # some scenario explains the day (on this tiny market, within 2 sds)
+
+
+def test_at_slot_0_a_batch_plans_each_row_as_it_would_alone(scenarios: law.Scenarios):
+    """Slot 0 shares the posterior and the rest of the day between rows with the same excluded scenario: each row's
+    ratio and depth are still what it would get alone (budgets, targets, exclusions and the noise-aware count mixed)."""
+    n = 8
+    registration = Registration(np.linspace(0.8, 1.4, n), np.array([np.inf, 5.0, 50.0, np.inf, 0.5, 20.0, np.inf, 8.0]))
+    exclude = np.array([-1, 0, -1, 0, 1, -1, 1, 0])
+    noisy = np.arange(n) % 3 == 0
+    margin = np.linspace(0.0, 0.2, n)
+    ratio, depth = law.plan_and_depth(scenarios, History(registration), margin, 0.3, exclude, noisy)
+    for i in range(n):
+        alone, alone_depth = law.plan_and_depth(
+            scenarios, History(registration.take([i])), margin[i], 0.3, exclude[i], noisy[i]
+        )
+        assert ratio[i] == alone[0] and depth.edge[i] == alone_depth.edge[0]
+    assert len(set(ratio.tolist())) > 1  # the registrations do change the plan
