@@ -38,8 +38,8 @@ from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
 from model.controller import ControllerGains
 from model.features import CONTROLLER_FEATURE, feature_set
 from model.history import SLOT_STATS
+from model.planner import EDGE_ALERT, MISFIT_ALERT, TunedPlanner, load_scenarios
 from model.planner import VERSION as PLANNER_VERSION
-from model.planner import TunedPlanner, load_scenarios
 from model.sampling import sample_posterior
 
 FORMAT: Final = "rcb-model"
@@ -204,6 +204,10 @@ class PlannerInfo(_Strict):
     """Scenarios in ``scenarios.npz`` (the train days)."""
     train_score: float | None = None
     """The tuning's mean score on the train days, each played without its own scenario."""
+    edge_alert: float = Field(default=EDGE_ALERT, gt=0, le=1, allow_inf_nan=False)
+    misfit_alert: float = Field(default=MISFIT_ALERT, gt=0, allow_inf_nan=False)
+    """When a campaign counts as out of the planner's depth (:class:`model.planner.Depth`): calibrated at export on
+    the train days, each played without its own scenario (:func:`model.planner.calibrated_alerts`)."""
 
 
 class ModelCard(_Strict):
@@ -478,7 +482,15 @@ def _planner(path: Path, card: ModelCard) -> TunedPlanner:
         raise ArtifactError(f"{path}: {exc}") from None
     if scenarios.days != card.planner.train_days:
         raise ArtifactError(f"{path}: {scenarios.days} scenarios; the card says {card.planner.train_days} train days")
-    return TunedPlanner(scenarios, card.planner.margin, card.planner.cost_sd, card.planner.noise_aware)
+    info = card.planner
+    return TunedPlanner(
+        scenarios,
+        info.margin,
+        info.cost_sd,
+        info.noise_aware,
+        edge_alert=info.edge_alert,
+        misfit_alert=info.misfit_alert,
+    )
 
 
 # --- Inference --------------------------------------------------------------------------------------------

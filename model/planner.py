@@ -149,6 +149,9 @@ class TunedPlanner:
     margin: float
     cost_sd: float
     noise_aware: bool = False
+    edge_alert: float = EDGE_ALERT
+    misfit_alert: float = MISFIT_ALERT
+    """The alerts of the :class:`Depth` it reports (an exported planner's card carries its own)."""
     _first: dict[tuple[float, float], tuple[float, float, float]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -174,7 +177,8 @@ class TunedPlanner:
         return ratio, Depth.concat(parts)
 
     def _plan(self, history: History) -> tuple[np.ndarray, Depth]:
-        return plan_and_depth(self.scenarios, history, self.margin, self.cost_sd, noise_aware=self.noise_aware)
+        ratio, depth = plan_and_depth(self.scenarios, history, self.margin, self.cost_sd, noise_aware=self.noise_aware)
+        return ratio, Depth(depth.edge, depth.misfit, self.edge_alert, self.misfit_alert)
 
     def _first_slot(self, registration: Registration) -> tuple[np.ndarray, Depth]:
         keys = list(zip(registration.roi_target.tolist(), registration.budget.tolist(), strict=True))
@@ -190,7 +194,9 @@ class TunedPlanner:
             # at most FIRST_CACHE kept, whatever one batch brings (10,000 distinct MC budgets, say)
             self._first.update(islice(zip(missing, planned, strict=True), self.FIRST_CACHE))
         answers = np.array([found[k] for k in keys]).reshape(len(keys), 3)
-        return answers[:, 0].copy(), Depth(answers[:, 1].copy(), answers[:, 2].copy())
+        return answers[:, 0].copy(), Depth(
+            answers[:, 1].copy(), answers[:, 2].copy(), self.edge_alert, self.misfit_alert
+        )
 
 
 @dataclass(frozen=True)
@@ -202,18 +208,31 @@ class Depth:
     misfit: np.ndarray
     """The best-fitting (scenario, price multiplier)'s mean squared standardized cost residual over the slots played
     (0 before any); about 1 where a scenario explains the day's costs."""
+    edge_alert: float = EDGE_ALERT
+    misfit_alert: float = MISFIT_ALERT
+    """The alerts :attr:`out` reads: the defaults, or an exported planner's own (:func:`calibrated_alerts`)."""
 
     @property
     def out(self) -> np.ndarray:
-        """``(n,)`` bool: either sign past its alert (:data:`EDGE_ALERT`, :data:`MISFIT_ALERT`)."""
-        return (self.edge >= EDGE_ALERT) | (self.misfit >= MISFIT_ALERT)
+        """``(n,)`` bool: either sign at or past its alert."""
+        return (self.edge >= self.edge_alert) | (self.misfit >= self.misfit_alert)
 
     @classmethod
     def concat(cls, parts: list[Depth]) -> Depth:
-        return cls(np.concatenate([p.edge for p in parts]), np.concatenate([p.misfit for p in parts]))
+        edge, misfit = np.concatenate([p.edge for p in parts]), np.concatenate([p.misfit for p in parts])
+        return cls(edge, misfit, parts[0].edge_alert, parts[0].misfit_alert)
 
     def take(self, rows: np.ndarray) -> Depth:
-        return Depth(self.edge[rows], self.misfit[rows])
+        return Depth(self.edge[rows], self.misfit[rows], self.edge_alert, self.misfit_alert)
+
+
+def calibrated_alerts(train_edge: np.ndarray, train_misfit: np.ndarray) -> tuple[float, float]:
+    """``(edge_alert, misfit_alert)`` for a planner whose train days, each played without its own scenario, showed
+    these signs (every slot after the first): past anything its own days showed, by a margin, and never below the
+    defaults. A planner on few, thin days (noisy scenarios) gets higher alerts than one on many full days."""
+    edge_alert = min(1.0, max(EDGE_ALERT, float(np.max(train_edge, initial=0.0)) + 0.25))
+    misfit_alert = max(MISFIT_ALERT, 2.0 * float(np.max(train_misfit, initial=0.0)))
+    return edge_alert, misfit_alert
 
 
 def from_slot_on(x: np.ndarray) -> np.ndarray:

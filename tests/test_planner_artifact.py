@@ -26,9 +26,11 @@ from typer.testing import CliRunner
 from model import planner as law
 from model.artifact import CARD_FILE, SCENARIOS_FILE, ArtifactError, ModelCard, load_artifact
 from model.controller import GAIN_FIELDS
+from model.history import History, Registration
 from model.policy import Policy
 from model.state import CampaignState
 from rcb.cli import app
+from training.bidders import planner as planner_bidder
 from training.evaluate import EvaluationError, evaluate, split_days, tuned_baseline
 from training.market.dataset import Market
 
@@ -153,6 +155,11 @@ BAD_PLANNERS: dict[str, tuple[Callable[[Path], None], str]] = {
     "no parameters": (lambda d: rewrite_card(d, lambda r: r.update(planner=None)), "needs its law's parameters"),
     "an infinite margin": (lambda d: rewrite_card(d, lambda r: r["planner"].update(margin=float("inf"))), "margin"),
     "a cost sd of 50": (lambda d: rewrite_card(d, lambda r: r["planner"].update(cost_sd=50.0)), "cost_sd"),
+    "an edge alert over 1": (lambda d: rewrite_card(d, lambda r: r["planner"].update(edge_alert=1.5)), "edge_alert"),
+    "an infinite misfit alert": (
+        lambda d: rewrite_card(d, lambda r: r["planner"].update(misfit_alert=float("inf"))),
+        "misfit_alert",
+    ),
     "features": (
         lambda d: rewrite_card(d, lambda r: r.update(features=[{"name": "time", "low": 0, "high": 1}], obs_dim=1)),
         "reads no features",
@@ -213,3 +220,27 @@ def test_an_exported_planner_is_not_scored_on_its_own_train_days(exported: Expor
     for split in ("validation", "train"):
         with pytest.raises(EvaluationError, match="holds each of them as a scenario"):
             evaluate(market, SETTING, split, [f"shield:onnx:{exported.plan_model}"], seeds=1)
+
+
+def test_the_depth_alerts_are_calibrated_on_the_train_days_left_out(exported: Exported):
+    """The card's alerts are :func:`law.calibrated_alerts` of the train days played leave-one-out with the tuned
+    parameters, and the loaded model reports its depth against them."""
+    market = Market.open(exported.market)
+    _, train = split_days(market, "train", SETTING)
+    plan, _ = tuned_baseline(market, "plan", SETTING, train)
+    edge, misfit = planner_bidder.train_depth(plan, train())  # type: ignore[arg-type]
+    assert edge.shape == misfit.shape == (47, len(train()))
+    artifact = load_artifact(exported.plan_model)
+    info = artifact.card.planner
+    assert info is not None and (info.edge_alert, info.misfit_alert) == law.calibrated_alerts(edge, misfit)
+    assert artifact.planner is not None
+    _, depth = artifact.planner.decide(History(Registration.of(1.0, None)))
+    assert (depth.edge_alert, depth.misfit_alert) == (info.edge_alert, info.misfit_alert)
+
+
+def test_alerts_never_fall_below_the_defaults_and_clear_what_the_train_days_showed():
+    assert law.calibrated_alerts(np.array([0.01]), np.array([1.0])) == (law.EDGE_ALERT, law.MISFIT_ALERT)
+    assert law.calibrated_alerts(np.array([0.6]), np.array([17.0])) == (0.85, 34.0)
+    assert law.calibrated_alerts(np.array([0.97]), np.array([3.0]))[0] == 1.0  # capped: a mass cannot pass 1
+    depth = law.Depth(np.array([0.6, 0.9]), np.array([20.0, 40.0]), edge_alert=0.85, misfit_alert=34.0)
+    assert depth.out.tolist() == [False, True] and law.Depth(depth.edge, depth.misfit).out.tolist() == [True, True]

@@ -67,7 +67,7 @@ from model.controller import GAIN_FIELDS
 from model.features import feature_set
 from model.features import obs_dim as features_width
 from model.planner import VERSION as PLANNER_VERSION
-from model.planner import save_scenarios
+from model.planner import calibrated_alerts, save_scenarios
 from model.trajectory import prefix_mask, transitions
 from training.agents.encoder import PosteriorEncoder
 from training.agents.ensemble import EnsembleEncoder
@@ -484,6 +484,10 @@ def export_planner(
     params, gains = tuned.params(), pid.params()
     profile = tuple(float(x) for x in gains.pop("traffic_profile"))
     days = train()
+    if progress:
+        progress("alerts")
+    train_edge, train_misfit = planner_bidder.train_depth(tuned, days)
+    edge_alert, misfit_alert = calibrated_alerts(train_edge, train_misfit)
     out.parent.mkdir(parents=True, exist_ok=True)
     building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     building.mkdir()
@@ -507,7 +511,12 @@ def export_planner(
                 market=str(market.root),
                 data_fingerprint=market.split_fingerprint("train"),
                 epochs=0,
-                config={"tuner_version": planner_bidder.TUNER_VERSION, **params},
+                config={
+                    "tuner_version": planner_bidder.TUNER_VERSION,
+                    **params,
+                    "train_edge_max": float(train_edge.max(initial=0.0)),
+                    "train_misfit_max": float(train_misfit.max(initial=0.0)),
+                },
                 traffic_profile=profile,
                 controller={k: float(gains[k]) for k in GAIN_FIELDS},
             ),
@@ -522,6 +531,8 @@ def export_planner(
                 noise_aware=bool(params.get("noise_aware", False)),
                 train_days=tuned.scenarios.days,
                 train_score=float(record["train_score"]),
+                edge_alert=edge_alert,
+                misfit_alert=misfit_alert,
             ),
             producer={"numpy": np.__version__},
         )

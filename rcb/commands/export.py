@@ -114,7 +114,7 @@ def _export_plan(market: Path, setting: Setting, out: Path, force: bool, json: b
     from training.export import ExportError, export_planner
     from training.market.dataset import MarketError
 
-    steps = {"tuning": 0, "scenarios.npz": 1, "parity": 2}
+    steps = {"tuning": 0, "alerts": 1, "scenarios.npz": 2, "parity": 3}
     with user_errors():
         try:
             check_output_dir(out)

@@ -24,7 +24,7 @@ import typer
 
 from model.contract import Setting
 from model.history import History
-from model.planner import GRID, Scenarios, plan
+from model.planner import GRID, Scenarios, plan, plan_and_depth
 from training.bidders.base import Bidder, play
 from training.bidders.tuning import episode_scores
 from training.dayset import DaySet
@@ -85,6 +85,38 @@ class Planner(Bidder):
         if np.any(self.noise_aware):  # (plan's tuned form has none; the probe's --noise-aware may)
             out["noise_aware"] = True
         return out
+
+
+class _DepthRecorder(Planner):
+    """The planner, keeping the signs of its depth (:class:`model.planner.Depth`) at every slot after the first."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.edge: list[np.ndarray] = []
+        self.misfit: list[np.ndarray] = []
+
+    def bid(self, history: History) -> np.ndarray:
+        ratio, depth = plan_and_depth(
+            self.scenarios, history, self.margin, self.cost_sd, self.exclude, self.noise_aware
+        )
+        if history.slot > 0:
+            self.edge.append(depth.edge)
+            self.misfit.append(depth.misfit)
+        return ratio
+
+
+def train_depth(planner: Planner, train: DaySet) -> tuple[np.ndarray, np.ndarray]:
+    """Edge mass and misfit ``(slots 1..47, days)`` of the train days, each played without its own scenario with
+    ``planner``'s parameters: what :func:`model.planner.calibrated_alerts` reads."""
+    recorder = _DepthRecorder(
+        planner.scenarios,
+        planner.margin,
+        planner.cost_sd,
+        exclude=np.arange(len(train)),
+        noise_aware=planner.noise_aware,
+    )
+    play(recorder, train.indexes(), train.episode_days(1), train.registration(1), 0)
+    return np.array(recorder.edge), np.array(recorder.misfit)
 
 
 HOLDS_TRAIN_DAYS = "its scenarios are the train days"
