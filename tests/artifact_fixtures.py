@@ -9,8 +9,12 @@ win and spend (a policy at its initialization bids ratios around 2). And the pla
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +65,17 @@ def exported_runs(tmp_path_factory: pytest.TempPathFactory) -> Exported:
             root / "model-plan",
         )
     return _built["runs"]
+
+
+def rewrite_card(directory: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Edit a model directory's ``model.json`` in place, as a hand edit would."""
+    card = directory / "model.json"
+    raw = json.loads(card.read_text())
+    edit(raw)
+    card.write_text(json.dumps(raw))
+
+
+def replace_file(directory: Path, name: str, content: bytes) -> None:
+    """Swap in another file and update its checksum, as a careless hand edit would."""
+    (directory / name).write_bytes(content)
+    rewrite_card(directory, lambda raw: raw["files"].__setitem__(name, hashlib.sha256(content).hexdigest()))

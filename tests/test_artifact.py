@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from artifact_fixtures import Exported, exported_runs
+from artifact_fixtures import Exported, exported_runs, replace_file, rewrite_card
 from pydantic import ValidationError
 
 from model.artifact import (
@@ -163,18 +163,6 @@ def test_a_residual_card_needs_its_reference_controller(exported: Exported):
         training = {**raw["training"], missing: None}
         with pytest.raises(ValidationError, match="needs its reference controller"):
             ModelCard.model_validate({**raw, "training": training})
-
-
-def rewrite_card(directory: Path, edit: Callable[[dict[str, Any]], None]) -> None:
-    raw = json.loads((directory / CARD_FILE).read_text())
-    edit(raw)
-    (directory / CARD_FILE).write_text(json.dumps(raw))
-
-
-def replace_file(directory: Path, name: str, content: bytes) -> None:
-    """Swap in another file and update its checksum, as a careless hand edit would."""
-    (directory / name).write_bytes(content)
-    rewrite_card(directory, lambda raw: raw["files"].__setitem__(name, hashlib.sha256(content).hexdigest()))
 
 
 def _features(edit: Callable[[list[dict[str, Any]]], None]) -> Callable[[dict[str, Any]], None]:

@@ -7,7 +7,6 @@ The service side (HTTP replay equal to these episodes) is ``tests/serving/test_r
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import shutil
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from artifact_fixtures import SETTING, Exported, exported_runs
+from artifact_fixtures import SETTING, Exported, exported_runs, replace_file, rewrite_card
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -107,19 +106,11 @@ def test_loading_a_planner_imports_no_torch_or_onnxruntime(exported: Exported):
     assert done.stdout.split()[:2] == ["False", "False"]
 
 
-def rewrite_card(directory: Path, edit: Callable[[dict[str, Any]], None]) -> None:
-    raw = json.loads((directory / CARD_FILE).read_text())
-    edit(raw)
-    (directory / CARD_FILE).write_text(json.dumps(raw))
-
-
 def replace_scenarios(directory: Path, arrays: dict[str, Any]) -> None:
-    """Swap in another scenarios file and update its checksum, as a careless hand edit would."""
+    """Swap in another scenarios file (checksum updated, as a careless hand edit would)."""
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    content = buffer.getvalue()
-    (directory / SCENARIOS_FILE).write_bytes(content)
-    rewrite_card(directory, lambda raw: raw["files"].__setitem__(SCENARIOS_FILE, hashlib.sha256(content).hexdigest()))
+    replace_file(directory, SCENARIOS_FILE, buffer.getvalue())
 
 
 def _arrays(directory: Path, **change: Any) -> dict[str, Any]:
