@@ -29,7 +29,7 @@ import pickle
 import shutil
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,6 +230,20 @@ def _swap_into_place(built: Path, out: Path) -> None:
     shutil.rmtree(retired, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _built_beside(out: Path) -> Iterator[Path]:
+    """A fresh directory beside ``out`` to build an artifact in: when the block ends without an error it replaces
+    ``out`` (:func:`_swap_into_place`); whatever happens, nothing of it is left behind."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    building.mkdir()
+    try:
+        yield building
+        _swap_into_place(building, out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
 def check_destination(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a directory")
@@ -334,10 +348,7 @@ def export_modules(
         raise ExportError(f"the actor does not take {obs_dim} features + {latent} latent inputs ({exc})") from None
     transition_dim = encoder.embed.in_features if encoder is not None else None
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    building.mkdir()
-    try:
+    with _built_beside(out) as building:
         if progress:
             progress(POLICY_FILE)
         example_obs = torch.zeros(3, obs_dim)
@@ -361,9 +372,6 @@ def export_modules(
         parity = check_parity(artifact, actor, encoder)
         card = card.model_copy(update={"parity": parity})
         atomic_write_text(building / CARD_FILE, card.to_json())
-        _swap_into_place(building, out)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
     return card
 
 
@@ -488,10 +496,7 @@ def export_planner(
         progress("alerts")
     train_edge, train_misfit = planner_bidder.train_depth(tuned, days)
     edge_alert, misfit_alert = calibrated_alerts(train_edge, train_misfit)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    building.mkdir()
-    try:
+    with _built_beside(out) as building:
         if progress:
             progress(SCENARIOS_FILE)
         save_scenarios(tuned.scenarios, building / SCENARIOS_FILE)
@@ -554,9 +559,6 @@ def export_planner(
             raise ExportError(f"the exported planner does not reproduce the tuned one: ratios off by {worst:.2e}")
         card = card.model_copy(update={"parity": {"ratio": worst}})
         atomic_write_text(building / CARD_FILE, card.to_json())
-        _swap_into_place(building, out)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
     return card
 
 
