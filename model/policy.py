@@ -162,13 +162,12 @@ class Policy:
 
     def decide_states(self, states: Sequence[CampaignState]) -> Decision:
         """Next ratios of campaigns at any slots: rows grouped by slot, one encoder and one policy call."""
-        if self.artifact.planner is not None:
-            planner = self.artifact.planner
-            ratio, edge, misfit = np.empty(len(states)), np.empty(len(states)), np.empty(len(states))
-            for rows in slot_groups(states):
-                ratio[rows], depth = planner.decide(stack_histories([states[i] for i in rows]))
-                edge[rows], misfit[rows] = depth.edge, depth.misfit
-            return Decision(ratio=_clip(ratio), depth=Depth(edge, misfit))
+        if self.artifact.planner is not None:  # decide's step on the slot groups, answered in the order of states
+            groups = slot_groups(states)
+            decision = self.decide([stack_histories([states[i] for i in rows]) for rows in groups], [])
+            inverse = np.argsort([i for rows in groups for i in rows])
+            assert decision.depth is not None
+            return Decision(ratio=decision.ratio[inverse], depth=decision.depth.take(inverse))
         return self.decide_inputs(states_inputs(states, self.latent_dim, self.controller))
 
 

@@ -93,7 +93,11 @@ def test_campaigns_at_mixed_slots_decide_as_they_would_alone(exported: Exported)
     together = policy.decide_states(states).ratio
     alone = [policy.decide_states([s]).ratio[0] for s in states]
     assert np.array_equal(together, alone) and np.all((together > 0) & (together <= 4))
-    assert policy.decide_states(states).mean is None  # no posterior over a latent
+    decision = policy.decide_states(states)
+    assert decision.mean is None  # no posterior over a latent
+    planner, depth = policy.artifact.planner, decision.depth
+    assert planner is not None and depth is not None
+    assert (depth.edge_alert, depth.misfit_alert) == (planner.edge_alert, planner.misfit_alert)  # the model's own
 
 
 def test_loading_a_planner_imports_no_torch_or_onnxruntime(exported: Exported):
