@@ -24,11 +24,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 from machine import describe_machine  # benchmarks/machine.py, beside this script
+from timing import median_ms  # benchmarks/timing.py
 
 from model import planner as law
 from model.artifact import load_artifact
 from model.contract import Setting
-from model.history import History
+from model.history import History, Registration
 from training.bidders.base import play
 from training.bidders.onnx import OnnxBidder
 from training.evaluate import split_days
@@ -58,13 +59,11 @@ def evidence_by_cumsum(
     return log_market, expected, seen
 
 
-def median_ms_per_campaign(fn: Callable[[], object], n: int, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) / n * 1e3
+def first_call_ms(fn: Callable[[], object]) -> float:
+    """One call, unwarmed: a plan cache's first answer is the figure (``median_ms`` would warm it up first)."""
+    start = time.perf_counter()
+    fn()
+    return 1e3 * (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -89,26 +88,24 @@ def main() -> None:
         before = evidence_by_cumsum(planner.scenarios, history, sd, exclude)
         assert all(np.array_equal(a, b) for a, b in zip(now, before, strict=True)), "the two forms differ"
         args_ = (planner.scenarios, history, sd, exclude)
-        old = median_ms_per_campaign(partial(evidence_by_cumsum, *args_), history.n, 7)
-        new = median_ms_per_campaign(partial(law.evidence, *args_), history.n, 7)
-        whole = median_ms_per_campaign(partial(planner.ratios, history), history.n, 3)
+        old = median_ms(partial(evidence_by_cumsum, *args_), 7) / history.n
+        new = median_ms(partial(law.evidence, *args_), 7) / history.n
+        whole = median_ms(partial(planner.ratios, history), 3) / history.n
         print(f"| {slot} | {old:.3f} ms | {new:.3f} ms | {old / new:.2f}x | {whole:.2f} ms |")
     print(f"(ms per campaign; {played.n} campaigns; identical evidence asserted)")
     # the served decision slot by slot; slot 0 twice: every campaign registered differently (MC budgets: no cache
     # hit) and all registered alike (one plan for all, then the cache)
     print("\n| slot | served decision (TunedPlanner) |\n|---:|---:|")
     registration = played.registration
-    distinct = History(
-        type(registration)(registration.roi_target, registration.budget * (1 + np.arange(played.n) / 1e3))
-    )
+    distinct = History(Registration(registration.roi_target, registration.budget * (1 + np.arange(played.n) / 1e3)))
     fresh = law.TunedPlanner(planner.scenarios, planner.margin, planner.cost_sd, planner.noise_aware)
-    first = median_ms_per_campaign(partial(fresh.ratios, distinct), played.n, 1)  # uncached: timed once
+    first = first_call_ms(partial(fresh.ratios, distinct)) / played.n
     print(f"| 0, distinct registrations | {first:.2f} ms |")
-    alike = History(type(registration).of(1.0, float(registration.budget[0]), n=played.n))
+    alike = History(Registration.of(1.0, float(registration.budget[0]), n=played.n))
     once = law.TunedPlanner(planner.scenarios, planner.margin, planner.cost_sd, planner.noise_aware)
-    print(f"| 0, alike (first call) | {median_ms_per_campaign(partial(once.ratios, alike), played.n, 1):.2f} ms |")
+    print(f"| 0, alike (first call) | {first_call_ms(partial(once.ratios, alike)) / played.n:.2f} ms |")
     for slot in (1, 4, 8, 24, 47):
-        whole = median_ms_per_campaign(partial(planner.ratios, played.until(slot)), played.n, 3)
+        whole = median_ms(partial(planner.ratios, played.until(slot)), 3) / played.n
         print(f"| {slot} | {whole:.2f} ms |")
 
 
