@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -28,6 +29,13 @@ from model.roi import roi
 
 GAIN_FIELDS = ("initial_ratio", "kp", "ki", "kd", "kp_budget", "ki_budget")
 """The tuned numbers of the law (the PID baseline's parameters, ``training/bidders/pid.py``)."""
+
+
+class Reference(Protocol):
+    """A residual policy's reference controller: its ratio before each slot of a history, ``(n, until + 1)``."""
+
+    def sequence(self, history: History, until: int | None = None) -> np.ndarray: ...
+
 
 RATIO_FLOOR = 0.01
 """The controller never bids below this: a ratio of 0 would stop all feedback."""
@@ -56,6 +64,11 @@ class ControllerGains:
         if traffic_profile is not None:
             gains["traffic_profile"] = tuple(float(x) for x in traffic_profile)  # type: ignore[assignment]
         return cls(**gains)  # type: ignore[arg-type]
+
+    def sequence(self, history: History, until: int | None = None) -> np.ndarray:
+        """:func:`controller_sequence` with these gains: what a residual policy reads as ``controller_ratio``
+        (:class:`model.planner.PlanReference` answers the same call for the planner)."""
+        return controller_sequence(history, self, until)
 
     def tuned(self) -> dict[str, float]:
         """The :data:`GAIN_FIELDS` (what a model card carries)."""

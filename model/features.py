@@ -34,8 +34,9 @@ A **residual** model (``rcb train --algo cbrl``, the default, or ``--residual``)
                      policy's ratio is ``c_t`` times its own correction
 ===================  ==========================================================================
 
-It needs the controller's gains, so the functions below take them (``controller``); without them they
-compute the base features only.
+It needs the controller, so the functions below take it (``controller``: the PID's gains, or the planner as
+:class:`model.planner.PlanReference`, ``rcb train --reference plan``); without it they compute the base features
+only.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
-from model.controller import ControllerGains, controller_sequence
+from model.controller import Reference
 from model.history import History
 from model.roi import roi
 
@@ -94,7 +95,7 @@ def _ratio_or(numerator: np.ndarray, denominator: np.ndarray, default: float) ->
     return np.divide(numerator, denominator, out=np.full(numerator.shape, default), where=denominator > 0)
 
 
-def observe(history: History, slot: int | None = None, controller: ControllerGains | None = None) -> np.ndarray:
+def observe(history: History, slot: int | None = None, controller: Reference | None = None) -> np.ndarray:
     """Features of every episode before it bids slot ``slot`` (default: the next slot), shape ``(n, F)``.
 
     Only ``history[:, :slot]`` is read, so the features of slot ``t`` can be rebuilt later from the
@@ -105,7 +106,7 @@ def observe(history: History, slot: int | None = None, controller: ControllerGai
     if controller is None:
         return base
     t = history.slot if slot is None else slot
-    reference = controller_sequence(history, controller, until=t)[:, -1] / RATIO_MAX
+    reference = controller.sequence(history, until=t)[:, -1] / RATIO_MAX
     return np.concatenate([base, np.clip(reference, 0.0, 1.0)[:, None]], axis=1)
 
 
@@ -131,7 +132,7 @@ def raw_features(history: History, slot: int | None = None) -> np.ndarray:
     return _features(np.full(n, t / SLOTS_PER_DAY), last, totals, reg.roi_target, reg.budget, axis=1)
 
 
-def observation_sequence(history: History, controller: ControllerGains | None = None) -> np.ndarray:
+def observation_sequence(history: History, controller: Reference | None = None) -> np.ndarray:
     """``(n, t+1, F)`` float32: :func:`observe` before each slot ``0..t`` (the last is the current observation).
 
     Bit for bit the same numbers as ``t+1`` calls of :func:`observe`, at the cost of about one: the prefix sums
@@ -154,7 +155,7 @@ def observation_sequence(history: History, controller: ControllerGains | None = 
     time = np.broadcast_to(np.arange(width) / SLOTS_PER_DAY, (n, width))
     features = np.clip(_features(time, last, totals, reg.roi_target[:, None], reg.budget[:, None], axis=2), _LOW, _HIGH)
     if controller is not None:
-        reference = np.clip(controller_sequence(history, controller) / RATIO_MAX, 0.0, 1.0)
+        reference = np.clip(controller.sequence(history) / RATIO_MAX, 0.0, 1.0)
         features = np.concatenate([features, reference[:, :, None]], axis=2)
     return features.astype(np.float32)
 

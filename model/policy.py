@@ -30,7 +30,7 @@ import numpy as np
 
 from model.artifact import Artifact
 from model.contract import RATIO_MAX, RATIO_MIN
-from model.controller import ControllerGains
+from model.controller import ControllerGains, Reference
 from model.features import observation_sequence
 from model.history import History
 from model.planner import Depth
@@ -71,7 +71,7 @@ def decision_inputs(
     histories: Sequence[History],
     keys: Sequence[NoiseKey],
     latent_dim: int,
-    controller: ControllerGains | None = None,
+    controller: Reference | None = None,
 ) -> DecisionInputs:
     """The inputs of one decision for the rows of ``histories`` (each at its own slot), concatenated in order.
 

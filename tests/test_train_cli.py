@@ -488,3 +488,45 @@ def test_the_resume_tables_name_real_config_fields():
     assert kept <= set(RESUMED_CHOICES)
     assert SELECTION_CHOICES["selection_seeds"].recorded({}) == 1  # a run from before the option
     assert SELECTION_CHOICES["selection_days"].recorded({"selection_days": "home"}) == "home"
+
+
+def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(market: Path, tmp_path: Path):
+    """``--reference plan``: the residual policy corrects the planner tuned on the train days (rcb evaluate's plan
+    tuning), which plays each train day leave-one-out: the untrained policy's validation score is the ``plan``
+    baseline's leave-one-out score on those days. Scored on test days it plays; on its own market's validation
+    days, exported, without --residual, resumed against the PID or pooled, it is refused."""
+    from training.agents.sac import play_days, score
+    from training.bidders.planner import Planner, scenarios_of, without_own_days
+    from training.dayset import DaySet, split_validation
+    from training.market.dataset import Market
+
+    out = tmp_path / "from-plan"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "cbrl"]
+    args += ["--updates-per-epoch", "5", "--selection-seeds", "1", "--reference", "plan"]
+    result = runner.invoke(app, [*args, "--epochs", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "run.json").read_text())
+    controller = body["config"]["controller"]
+    assert body["config"]["reference"] == "plan" and controller["kind"] == "plan"
+    assert controller["market"] == str(market.resolve())
+    days = DaySet.load(Market.open(market), "train", "sc")
+    _, validation_days = split_validation(days, body["config"]["validation_fraction"])
+    tuned = Planner(scenarios_of(days), controller["margin"], controller["cost_sd"])
+    outcome, _ = play_days(without_own_days(tuned, validation_days), days, validation_days, 1, seed=0)
+    assert body["controller_validation_score"] == pytest.approx(score(outcome, days, validation_days), abs=1e-9)
+
+    evaluated = tmp_path / "eval"
+    common = ["--methods", f"{out},plan", "--seeds", "1", "--setting", "sc", "--json"]
+    result = runner.invoke(app, ["evaluate", str(market), "--split", "test", *common, "--out", str(evaluated)])
+    assert result.exit_code == 0, result.output
+    refused = runner.invoke(app, ["evaluate", str(market), "--split", "validation", *common, "--out", str(evaluated)])
+    assert refused.exit_code != 0 and "corrects a planner whose scenarios are this market's train" in refused.output
+    refused = runner.invoke(app, ["export", "--run", str(out), "--out", str(tmp_path / "model")])
+    assert refused.exit_code != 0 and "cannot carry a planner reference yet" in refused.output
+    refused = runner.invoke(app, [*args, "--epochs", "2", "--resume", "--reference", "pid"])
+    assert refused.exit_code != 0 and "resume it with --reference plan" in refused.output
+    elsewhere = [*args[:6], str(tmp_path / "x"), *args[7:]]
+    refused = runner.invoke(app, [*elsewhere, "--no-residual"])
+    assert refused.exit_code != 0 and "needs a residual run" in refused.output
+    refused = runner.invoke(app, [*elsewhere, "--data", str(market)])
+    assert refused.exit_code != 0

@@ -400,7 +400,18 @@ def evaluate(
 
 def check_not_in_sample(method: str, market: Market, split: str) -> None:
     """An exported planner (``rcb export --plan``) of this market holds its train days as scenarios: scored on train
-    or validation days it would find each day among them. (The ``plan`` baseline plays them leave-one-out.)"""
+    or validation days it would find each day among them. (The ``plan`` baseline plays them leave-one-out.) So does
+    the reference of a run trained with ``--reference plan`` (its training planned each of them leave-one-out)."""
+    for run_dir in runs_behind(method):
+        try:
+            controller = json.loads((run_dir / "run.json").read_text())["config"].get("controller") or {}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # an unreadable run fails where it is loaded, with its own message
+        if controller.get("kind") == "plan" and controller.get("fingerprint") == market.split_fingerprint("train"):
+            raise EvaluationError(
+                f"{method} on --split {split}: {run_dir} corrects a planner whose scenarios are this market's train"
+                " days (score it on test or OOD days, or compare the runs' best_validation_score)"
+            )
     if not method.startswith(ONNX_PREFIX):
         return
     try:
@@ -425,16 +436,22 @@ def validation_folds_of(method: str) -> list[tuple[str, int]]:
             return []  # an unreadable card fails where it is loaded, with its own message
         folds = config.get("member_validation_folds") or [config.get("validation_fold", 0)]
         return [(method, int(fold)) for fold in folds]
-    group = run_group(method)
-    runs = group[1] if group is not None else [Path(method)] if is_run_dir(method) else []
     out = []
-    for run_dir in runs:
+    for run_dir in runs_behind(method):
         try:
             config = json.loads((run_dir / "run.json").read_text())["config"]
             out.append((str(run_dir), int(config.get("validation_fold", 0))))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # an unreadable run fails where it is loaded, with its own message
     return out
+
+
+def runs_behind(method: str) -> list[Path]:
+    """The training run directories a method plays: a run directory or a run group (``LABEL=GLOB``, ``ensemble:``,
+    ``shield:``); none for a baseline or an exported model."""
+    method = unshielded(method)[0]
+    group = run_group(method)
+    return group[1] if group is not None else [Path(method)] if is_run_dir(method) else []
 
 
 def check_validation_fold(methods: list[str]) -> None:

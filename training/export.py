@@ -63,7 +63,7 @@ from model.artifact import (
     read_card,
 )
 from model.contract import Setting
-from model.controller import GAIN_FIELDS
+from model.controller import GAIN_FIELDS, ControllerGains
 from model.features import feature_set
 from model.features import obs_dim as features_width
 from model.planner import VERSION as PLANNER_VERSION
@@ -384,7 +384,13 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
     if best_score is None and at_best:
         best_score = at_best.get("validation_score")
     config = body.get("config", saved.get("config", {}))
+    if (config.get("controller") or {}).get("kind") == "plan":
+        raise ExportError(
+            f"{run} corrects the planner (rcb train --reference plan): the model card cannot carry a planner"
+            " reference yet; export a run that corrects the PID"
+        )
     reference = reference_of(bool(config.get("residual")), config.get("controller"))
+    assert reference is None or isinstance(reference, ControllerGains)
     if reference is not None:  # the reference the policy was trained around, exactly (it reads its ratio)
         profile: tuple[float, ...] | None = reference.traffic_profile
         controller: dict[str, float] | None = reference.tuned()

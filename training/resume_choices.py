@@ -45,6 +45,7 @@ TRAINING_CHOICES: dict[str, Any] = {
     "regime_spread": 0.0,
     "relaxed_stages": True,
     "start_at_controller": False,
+    "reference": "pid",
 }
 """Choices of what is learned that ``rcb train --resume`` keeps when they are not given, by ``SACConfig`` field,
 with what a run recorded before the option existed did. (``n_step`` and ``correction_penalty`` are kept too;

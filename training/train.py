@@ -99,6 +99,9 @@ def run_training(
         if bool(previous["config"].get("residual", TRAINING_CHOICES["residual"])) != config.residual:
             kind = "a residual" if config.residual else "a non-residual"
             raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
+        corrected = previous["config"].get("reference", "pid")
+        if corrected != config.reference:
+            raise RunError(f"{out} corrects {corrected}; resume it with --reference {corrected}")
         for choice in SELECTION_CHOICES.values():
             kept = choice.recorded(previous["config"])
             if kept != getattr(config, choice.field):
@@ -112,8 +115,13 @@ def run_training(
         config.controller = previous["config"].get("controller")
     out.mkdir(parents=True, exist_ok=True)
     days = DaySet.load(market, "train", setting)
-    if config.residual and config.controller is None:  # the home market's PID, tuned on its train days alone
-        config.controller = reference_controller(market, setting, days)
+    if config.reference == "plan" and len(paths) > 1:
+        raise RunError("--reference plan trains on one market (its train days are the planner's scenarios)")
+    if config.residual and config.controller is None:  # the home market's PID (or planner), tuned on its train days
+        if config.reference == "plan":
+            config.controller = reference_planner(market, paths[0], setting, days)
+        else:
+            config.controller = reference_controller(market, setting, days)
     days = DaySet.pool([days, *(DaySet.load(other, "train", setting) for other in markets[1:])])
     # start_at_controller: the untrained policy (the controller) is the first candidate of model selection
     controller_score = previous.get("controller_validation_score") if state is not None else None
@@ -196,6 +204,25 @@ def reference_controller(market: Market, setting: Setting, days: DaySet | None =
     logs = loaded[0].logs if loaded else [market.load(entry.day) for entry in market.split("train")]
     gains = ControllerGains.with_profile(None, pid.params()).tuned()
     return {**gains, "traffic_profile": [round(float(x), 8) for x in traffic_profile(logs)]}
+
+
+def reference_planner(market: Market, path: Path, setting: Setting, days: DaySet) -> dict[str, Any]:
+    """The planner a ``--reference plan`` run corrects, as :attr:`SACConfig.controller` holds it: ``rcb evaluate``'s
+    ``plan`` tuning on ``market``'s train days (cached beside the market) and the market whose train days are its
+    scenarios (:func:`training.agents.sac.reference_of` rebuilds them)."""
+    from training.evaluate import tuned_baseline
+
+    planner, _ = tuned_baseline(market, "plan", setting, lambda: days)
+    params = planner.params()
+    return {
+        "kind": "plan",
+        "market": str(path.resolve()),
+        "setting": str(setting),
+        "fingerprint": market.split_fingerprint("train"),
+        "margin": float(params["margin"]),
+        "cost_sd": float(params["cost_sd"]),
+        "noise_aware": bool(params.get("noise_aware", False)),
+    }
 
 
 def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:

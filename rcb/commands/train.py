@@ -132,6 +132,15 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            "--reference",
+            help="What a residual run corrects: pid (the PID tuned on the train days) or plan (the Bayesian planner"
+            " tuned on them, each train day planned without its own scenario). Default: pid.",
+            show_default=False,
+        ),
+    ] = None,
     action_step: Annotated[
         float | None,
         typer.Option("--action-step", min=0.01, max=2.0, help="Largest log-ratio move of one action."),
@@ -253,6 +262,7 @@ def train_command(
                 "rcpo_learning_rate": rcpo_learning_rate,
                 "action_step": action_step,
                 "residual": residual,
+                "reference": reference,
                 "n_step": n_step,
                 "correction_penalty": correction_penalty,
                 "roi_margin": roi_margin,

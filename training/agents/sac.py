@@ -26,19 +26,22 @@ Where the defaults leave the paper's appendix, each for a measured reason (valid
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.contract import SLOTS_PER_DAY
-from model.controller import GAIN_FIELDS, ControllerGains
+from model.contract import SLOTS_PER_DAY, Setting
+from model.controller import GAIN_FIELDS, ControllerGains, Reference
 from model.features import obs_dim, observation_sequence
 from model.history import History, Registration
+from model.planner import PlanReference, Scenarios
 from model.policy import decision_inputs, offline_keys
 from model.trajectory import transitions
 from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal
@@ -79,6 +82,8 @@ START_AT_CONTROLLER: dict[str, bool] = {"mc": False, "sc": True}
 PID above its trained epochs and were wrong by 0.06 ANS on test (RESULTS.md, session 13)."""
 
 SELECTION_DAYS = ("all", "home")
+REFERENCES = ("pid", "plan")
+"""What a residual policy may correct (:attr:`SACConfig.reference`)."""
 """The choices of :attr:`SACConfig.selection_days`."""
 SELECTION_SEEDS: dict[str, int] = {"mc": 1, "sc": 5}
 """The default of :attr:`SACConfig.selection_seeds`, per setting. SC: 5 since session 20, by a rule fixed before
@@ -146,8 +151,14 @@ class SACConfig:
     behaviour term, Fujimoto and Gu 2021, with the controller as the behaviour; scaled by ``|Q|`` so ``w`` is
     free of the market's reward scale). A full ``action_step`` move costs ``w`` of the mean value. 0: off."""
     controller: dict[str, Any] | None = None
-    """A residual run's reference controller: the PID gains (``model.controller.GAIN_FIELDS``) and the train days'
-    ``traffic_profile``, filled by ``rcb train`` from the market (the model card carries the same)."""
+    """A residual run's reference controller, filled by ``rcb train`` from the market: the PID gains
+    (``model.controller.GAIN_FIELDS``) and the train days' ``traffic_profile`` (the model card carries the same);
+    with :attr:`reference` ``"plan"``, the planner's tuned parameters and the market whose train days are its
+    scenarios (:func:`reference_of`)."""
+    reference: str = "pid"
+    """What a residual policy corrects: ``"pid"``, the PID tuned on the train days; ``"plan"``, the Bayesian
+    planner tuned on them (:class:`model.planner.PlanReference`; on the train days themselves each day is planned
+    without its own scenario, as the planner is tuned). A planner-referenced run is not exported yet."""
     initial_alpha: float = 0.001
     """Starting entropy temperature (then tuned automatically toward ``target_entropy``)."""
     target_entropy: float = -2.5
@@ -222,6 +233,10 @@ class SACConfig:
             raise ValueError("correction_penalty must be >= 0")
         if self.correction_penalty > 0 and not self.residual:
             raise ValueError("correction_penalty needs a residual run (it pulls toward the reference controller)")
+        if self.reference not in REFERENCES:
+            raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, not {self.reference!r}")
+        if self.reference != "pid" and not self.residual:
+            raise ValueError(f"reference {self.reference!r} needs a residual run (it is what the policy corrects)")
         if self.start_at_controller and not self.residual:
             raise ValueError("start_at_controller needs a residual run (it starts at the reference controller)")
         if not 0 <= self.validation_fold < validation_folds(self.validation_fraction):
@@ -258,7 +273,7 @@ class SACConfig:
     def bayesian(self) -> bool:
         return self.algo == "cbrl"
 
-    def controller_gains(self) -> ControllerGains | None:
+    def controller_gains(self) -> Reference | None:
         """The residual policy's reference controller (None for a non-residual run)."""
         return reference_of(bool(self.residual), self.controller)
 
@@ -284,7 +299,7 @@ class PolicyBidder(Bidder):
         policy: TanhGaussianPolicy,
         stochastic: bool,
         encoder: PosteriorEncoder | None = None,
-        controller: ControllerGains | None = None,
+        controller: Reference | None = None,
     ):
         if policy.residual and controller is None:
             raise ValueError("a residual policy needs its reference controller's gains")
@@ -354,7 +369,7 @@ OPTIMIZERS: tuple[str, ...] = ("actor", "critic", "alpha")
 class EpisodeBuffer:
     """Whole episodes: features before every slot (and after the last), ratios, slot stats, constraints, D*."""
 
-    def __init__(self, capacity: int, controller: ControllerGains | None = None):
+    def __init__(self, capacity: int, controller: Reference | None = None):
         self.capacity = capacity
         self.controller = controller
         """A residual run's reference controller (the observations then end with ``controller_ratio``)."""
@@ -595,14 +610,45 @@ class SACAgent:
         self.updates += 1
 
 
-def reference_of(residual: bool, controller: dict[str, Any] | None) -> ControllerGains | None:
+def reference_of(residual: bool, controller: dict[str, Any] | None) -> Reference | None:
     """A run's reference controller from its config's ``residual`` and ``controller`` (:attr:`SACConfig.controller`,
-    as ``run.json`` and ``best.pt`` hold it): None unless it is residual."""
+    as ``run.json`` and ``best.pt`` hold it): None unless it is residual. A planner's scenarios are rebuilt from
+    the market's train days the record names (refused if those days changed since)."""
     if not residual:
         return None
     if not controller:
         raise ValueError("a residual run's config lacks its reference controller")
+    if controller.get("kind") == "plan":
+        scenarios = _train_day_scenarios(controller["market"], controller["setting"], controller["fingerprint"])
+        return PlanReference(
+            scenarios,
+            float(controller["margin"]),
+            float(controller["cost_sd"]),
+            bool(controller["noise_aware"]),
+            name=f"{controller['market']} train days ({controller['fingerprint'][:12]})",
+        )
     return ControllerGains.with_profile(controller["traffic_profile"], {k: controller[k] for k in GAIN_FIELDS})
+
+
+@functools.lru_cache(maxsize=4)
+def _train_day_scenarios(market: str, setting: str, fingerprint: str) -> Scenarios:
+    """The planner's scenarios of a market's train days (an ensemble's runs share one copy)."""
+    from training.bidders.planner import scenarios_of
+    from training.market.dataset import Market
+
+    opened = Market.open(Path(market))
+    if opened.split_fingerprint("train") != fingerprint:
+        raise ValueError(f"{market}'s train days changed since the run was trained; its planner reference is gone")
+    return scenarios_of(DaySet.load(opened, "train", Setting(setting)))
+
+
+def for_days(bidder: Bidder, rows: np.ndarray) -> Bidder:
+    """``bidder`` for episodes that play the train days ``rows`` (indices into the run's train :class:`DaySet`): a
+    planner-referenced policy then plans each without its own day's scenario (leave-one-out, as the planner is
+    tuned); any other bidder as it is."""
+    if isinstance(bidder, PolicyBidder) and isinstance(bidder.controller, PlanReference):
+        return PolicyBidder(bidder.policy, bidder.stochastic, bidder.encoder, bidder.controller.excluding(rows))
+    return bidder
 
 
 def _by_name(saved: dict[str, Any] | list[Any]) -> dict[str, Any]:
@@ -625,6 +671,7 @@ def play_days(
     """Play ``days[chosen]``, each ``repeats`` times; the outcome and the per-episode D*. ``regime_spread`` > 0:
     each episode in a randomized regime (:mod:`training.domain_randomization`; its D* scaled by the delivery's)."""
     episodes = np.tile(chosen, repeats)
+    bidder = for_days(bidder, episodes)
     registration = days.registration().take(episodes)
     regime = draw_regimes(np.random.default_rng([seed, 0x5EED]), episodes.size, regime_spread)
     outcome = play(bidder, days.indexes(), episodes, registration, seed, regime)
