@@ -13,7 +13,7 @@ from model import planner as law
 from model.contract import SLOTS_PER_DAY, Setting
 from model.history import History, Registration
 from training.bidders import planner
-from training.bidders.base import play
+from training.bidders.base import Bidder, play
 from training.dayset import DaySet, split_validation
 from training.evaluate import evaluate, split_days
 from training.market.dataset import Market
@@ -429,3 +429,34 @@ def test_the_plan_reference_is_the_plan_of_every_prefix_made_once_a_slot(
     assert np.array_equal(fresh, final)
     # in-sample: without the exclusion the plans differ (each day is found among the scenarios)
     assert not np.array_equal(law.PlanReference(scenarios, 0.05, 0.3).sequence(history), final)
+
+
+def test_the_depth_gated_shield_is_the_planner_until_its_flag_and_the_shielded_planner_after(
+    train: DaySet, scenarios: law.Scenarios
+):
+    """``python -m training.depth_gate``: alerts never reached bid the planner alone; alerts always reached shield it
+    from slot 1 (slot 0 has observed nothing, so it is never flagged) to the day's end."""
+    from model.controller import ControllerGains
+    from model.shield import shield
+    from training.depth_gate import DepthGatedShield
+
+    tuned = planner.Planner(scenarios, 0.0, 0.3)
+    gains = ControllerGains()
+
+    class FromSlotOne(planner.Planner):
+        def bid(self, history: History) -> np.ndarray:
+            ratio = super().bid(history)
+            return shield(history, ratio, gains).ratio if history.slot >= 1 else ratio
+
+    def played(bidder: Bidder) -> tuple[np.ndarray, np.ndarray]:
+        outcome = play(bidder, train.indexes(), train.episode_days(), train.registration(), 0)
+        return outcome.delivery, outcome.cost
+
+    never = DepthGatedShield(tuned, gains, (np.inf, np.inf))
+    assert all(np.array_equal(a, b) for a, b in zip(played(never), played(tuned), strict=True))
+    assert (never.first_flag == -1).all()
+    always = DepthGatedShield(tuned, gains, (-1.0, -1.0))
+    shielded = played(FromSlotOne(scenarios, 0.0, 0.3))
+    assert all(np.array_equal(a, b) for a, b in zip(played(always), shielded, strict=True))
+    assert (always.first_flag == 1).all()
+    assert not np.array_equal(shielded[1], played(tuned)[1])  # the shield acted: the two cases differ
