@@ -207,7 +207,8 @@ class PlanReference:
 
     A residual policy's encoder reads the reference of every past slot, and a plan is dear (milliseconds a campaign),
     so the references of a history are kept as they are made: a history played slot by slot costs one plan a slot,
-    as the policy itself does. They are kept per :class:`History` object (which only ever grows) while it lives.
+    as the policy itself does. They are kept per :class:`History` object (which only ever grows: a kept plan is never
+    stale) while it lives; a new object (``History.until``, ``of_stats``) is planned afresh, up to 48 plans.
     ``exclude``: per row, the scenario it may not use (a train day played in training: leave-one-out, as the planner
     is tuned); -1 for none."""
 
@@ -219,13 +220,18 @@ class PlanReference:
         noise_aware: bool = False,
         exclude: int | np.ndarray = -1,
         name: str = "",
+        fingerprint: str = "",
     ):
         self.scenarios, self.margin, self.cost_sd, self.noise_aware = scenarios, margin, cost_sd, noise_aware
         self.exclude = exclude
         self.name = name
         """What the scenarios are (the market's train days, say): part of :meth:`__repr__`, which an ensemble's
         members must share."""
-        self._made: dict[int, tuple[weakref.ref[History], np.ndarray]] = {}
+        self.fingerprint = fingerprint
+        """The train split fingerprint of the market whose train days are the scenarios (``""``: not known)."""
+        self._made: dict[tuple[int, bytes], tuple[weakref.ref[History], np.ndarray]] = {}
+        """The plans made per (history, exclusions), shared with :meth:`excluding`'s copies: a copy made for the
+        same rows finds the plans another made (the replay buffer reads what the acting policy read)."""
 
     def __repr__(self) -> str:
         return (
@@ -235,9 +241,17 @@ class PlanReference:
 
     def excluding(self, rows: np.ndarray) -> PlanReference:
         """The same reference for episodes that play scenario ``rows[i]``'s own day (each row leaves it out)."""
-        return PlanReference(
-            self.scenarios, self.margin, self.cost_sd, self.noise_aware, np.asarray(rows, np.int64), self.name
+        copy = PlanReference(
+            self.scenarios,
+            self.margin,
+            self.cost_sd,
+            self.noise_aware,
+            np.asarray(rows, np.int64),
+            self.name,
+            self.fingerprint,
         )
+        copy._made = self._made
+        return copy
 
     def sequence(self, history: History, until: int | None = None) -> np.ndarray:
         """``(n, until + 1)``: the plan before each slot ``0..until`` (default ``history.slot``), as
@@ -246,7 +260,7 @@ class PlanReference:
         last = history.slot if until is None else until
         if not 0 <= last <= history.slot:
             raise ValueError(f"slot {last} is not observed yet (history has {history.slot} slots)")
-        key = id(history)
+        key = (id(history), np.broadcast_to(np.asarray(self.exclude, np.int64), (history.n,)).tobytes())
         entry = self._made.get(key)
         if entry is None or entry[0]() is not history:
             made = np.full((history.n, SLOTS_PER_DAY + 1), np.nan)
@@ -258,7 +272,7 @@ class PlanReference:
             made[:, t] = made[:, t - 1] if t == SLOTS_PER_DAY else self._plan_at(history, int(t))
         return made[:, : last + 1].copy()
 
-    def _forget(self, key: int, _: object) -> None:
+    def _forget(self, key: tuple[int, bytes], _: object) -> None:
         self._made.pop(key, None)
 
     def _plan_at(self, history: History, slot: int) -> np.ndarray:

@@ -490,16 +490,31 @@ def test_the_resume_tables_name_real_config_fields():
     assert SELECTION_CHOICES["selection_days"].recorded({"selection_days": "home"}) == "home"
 
 
-def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(market: Path, tmp_path: Path):
+def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(
+    market: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """``--reference plan``: the residual policy corrects the planner tuned on the train days (rcb evaluate's plan
-    tuning), which plays each train day leave-one-out: the untrained policy's validation score is the ``plan``
-    baseline's leave-one-out score on those days. Scored on test days it plays; on its own market's validation
-    days, exported, without --residual, resumed against the PID or pooled, it is refused."""
+    tuning), which plays each train day leave-one-out, in what the policy reads when it acts and in what the replay
+    buffer keeps (the reference a fresh leave-one-out planner makes of the same episodes); the untrained policy's
+    validation score is the ``plan`` baseline's leave-one-out score on those days. Scored on test days it plays; on
+    its own market's validation days, exported, without --residual, resumed against the PID or pooled, it is
+    refused."""
+    from model.contract import RATIO_MAX
+    from model.planner import PlanReference
+    from training.agents import sac
     from training.agents.sac import play_days, score
     from training.bidders.planner import Planner, scenarios_of, without_own_days
     from training.dayset import DaySet, split_validation
     from training.market.dataset import Market
 
+    kept: list[tuple[object, np.ndarray]] = []
+    add = sac.EpisodeBuffer.add
+
+    def keeping(self, history, oracle, controller=None):  # noqa: ANN001, ANN202 - a spy on the buffer
+        add(self, history, oracle, controller)
+        kept.append((history.until(history.slot), self.obs[: history.n, :, -1].copy()))
+
+    monkeypatch.setattr(sac.EpisodeBuffer, "add", keeping)
     out = tmp_path / "from-plan"
     args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "cbrl"]
     args += ["--updates-per-epoch", "5", "--selection-seeds", "1", "--reference", "plan"]
@@ -514,6 +529,13 @@ def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(mar
     tuned = Planner(scenarios_of(days), controller["margin"], controller["cost_sd"])
     outcome, _ = play_days(without_own_days(tuned, validation_days), days, validation_days, 1, seed=0)
     assert body["controller_validation_score"] == pytest.approx(score(outcome, days, validation_days), abs=1e-9)
+    (history, stored), = kept  # one epoch: one batch of episodes, each train day episodes_per_day times
+    train_days, _ = split_validation(days, body["config"]["validation_fraction"])
+    rows = np.tile(train_days, body["config"]["episodes_per_day"])
+    fresh = PlanReference(tuned.scenarios, tuned.margin, tuned.cost_sd).excluding(rows).sequence(history)
+    assert np.array_equal(stored, np.clip(fresh / RATIO_MAX, 0, 1).astype(np.float32))
+    in_sample = PlanReference(tuned.scenarios, tuned.margin, tuned.cost_sd).sequence(history)
+    assert not np.array_equal(stored, np.clip(in_sample / RATIO_MAX, 0, 1).astype(np.float32))
 
     evaluated = tmp_path / "eval"
     common = ["--methods", f"{out},plan", "--seeds", "1", "--setting", "sc", "--json"]
@@ -528,5 +550,7 @@ def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(mar
     elsewhere = [*args[:6], str(tmp_path / "x"), *args[7:]]
     refused = runner.invoke(app, [*elsewhere, "--no-residual"])
     assert refused.exit_code != 0 and "needs a residual run" in refused.output
-    refused = runner.invoke(app, [*elsewhere, "--data", str(market)])
-    assert refused.exit_code != 0
+    other = tmp_path / "other-market"
+    generate_market(other, config_with(days_id=8, days_ood=0, impressions_per_day=3000, seed=9), workers=1)
+    refused = runner.invoke(app, [*elsewhere, "--data", str(other)])
+    assert refused.exit_code != 0 and "--reference plan trains on one market" in refused.output

@@ -329,11 +329,7 @@ def evaluate(
         raise EvaluationError("seeds must be >= 1")
     if any(m in BASELINES for m in methods) and not market.split("train"):
         raise EvaluationError(f"{market.root}: baselines are tuned on the train split, which has no days")
-    if split == VALIDATION:
-        check_validation_fold(methods)
-    if split in ("train", VALIDATION):
-        for listed in methods:
-            check_not_in_sample(unshielded(listed)[0], market, split)
+    check_split(methods, market, split)
     days, train = split_days(market, split, setting, progress)
     market_gains: list[ControllerGains] = []
 
@@ -452,6 +448,16 @@ def runs_behind(method: str) -> list[Path]:
     method = unshielded(method)[0]
     group = run_group(method)
     return group[1] if group is not None else [Path(method)] if is_run_dir(method) else []
+
+
+def check_split(methods: list[str], market: Market, split: str) -> None:
+    """Refuse methods whose score on ``split`` would be in-sample: a run that held out another validation fold
+    (:func:`check_validation_fold`), or one that holds ``market``'s train days (:func:`check_not_in_sample`)."""
+    if split == VALIDATION:
+        check_validation_fold(methods)
+    if split in ("train", VALIDATION):
+        for listed in methods:
+            check_not_in_sample(unshielded(listed)[0], market, split)
 
 
 def check_validation_fold(methods: list[str]) -> None:

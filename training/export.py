@@ -265,6 +265,16 @@ class Provenance:
     evaluation: EvaluationInfo
 
 
+def refuse_plan_reference(run: Path, saved: dict[str, Any]) -> None:
+    """A run that corrects the planner (``rcb train --reference plan``) is not exported: a model card cannot carry a
+    planner reference yet (checked before its actor is loaded, which would rebuild the planner's scenarios)."""
+    if ((saved.get("config") or {}).get("controller") or {}).get("kind") == "plan":
+        raise ExportError(
+            f"{run} corrects the planner (rcb train --reference plan): the model card cannot carry a planner"
+            " reference yet; export a run that corrects the PID"
+        )
+
+
 def export_run(
     run: Path, out: Path, force: bool = False, progress: Progress | None = None, intra_op_threads: int = 1
 ) -> ModelCard:
@@ -273,6 +283,7 @@ def export_run(
     check_destination(out, force)
     try:  # RunError (a ValueError, passed on) when RUN is not a finished run at all
         saved, body = load_best(run)
+        refuse_plan_reference(run, saved)
         bidder = best_bidder(saved)
     except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as exc:
         raise ExportError(f"{run}: cannot load its best actor from best.pt ({exc})") from None
@@ -292,6 +303,8 @@ def export_ensemble(
     check_destination(Path(out), force)
     try:  # RunError (a ValueError, passed on) when a run is not finished or the runs do not match
         loaded = [load_best(run) for run in runs]
+        for run, (saved, _) in zip(runs, loaded, strict=True):
+            refuse_plan_reference(run, saved)
         bidder, bodies = load_ensemble_bidder(runs, loaded)
     except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as exc:
         raise ExportError(f"{', '.join(map(str, runs))}: cannot load the best actors ({exc})") from None
@@ -384,11 +397,7 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
     if best_score is None and at_best:
         best_score = at_best.get("validation_score")
     config = body.get("config", saved.get("config", {}))
-    if (config.get("controller") or {}).get("kind") == "plan":
-        raise ExportError(
-            f"{run} corrects the planner (rcb train --reference plan): the model card cannot carry a planner"
-            " reference yet; export a run that corrects the PID"
-        )
+    refuse_plan_reference(run, {"config": config})
     reference = reference_of(bool(config.get("residual")), config.get("controller"))
     assert reference is None or isinstance(reference, ControllerGains)
     if reference is not None:  # the reference the policy was trained around, exactly (it reads its ratio)

@@ -28,10 +28,10 @@ from model.contract import Setting
 from model.roi import is_feasible, roi
 from training.bidders.base import Bidder, Outcome, play
 from training.bidders.shielded import ShieldedBidder
-from training.dayset import VALIDATION, DaySet
+from training.dayset import DaySet
 from training.evaluate import (
     EvaluationError,
-    check_validation_fold,
+    check_split,
     method_bidder,
     shield_gains,
     split_days,
@@ -85,8 +85,7 @@ def pace(
 ) -> dict[str, tuple[dict[str, np.ndarray], dict[str, float]]]:
     """Per method: its :func:`trajectories` and :func:`day_ends` on ``split`` of the market at ``data``."""
     market = Market.open(data)
-    if split == VALIDATION:
-        check_validation_fold(methods)
+    check_split(methods, market, split)
     days, train = split_days(market, split, setting)
     paced = {}
     for method in methods:

@@ -29,12 +29,12 @@ from model.controller import ControllerGains
 from model.shield import ShieldConfig
 from training.bidders.base import Bidder, play
 from training.bidders.shielded import ShieldedBidder
-from training.dayset import VALIDATION, DaySet
+from training.dayset import DaySet
 from training.evaluate import (
     ENSEMBLE_PREFIX,
     ONNX_PREFIX,
     EvaluationError,
-    check_validation_fold,
+    check_split,
     episode_rows,
     method_bidder,
     shield_gains,
@@ -86,8 +86,7 @@ def sweep(
 ) -> dict[str, dict[str, Any]]:
     """Per config (and the unshielded method and the PID): the summary of :func:`training.evaluate.summarize`."""
     market = Market.open(data)
-    if split == VALIDATION:
-        check_validation_fold([method])
+    check_split([method], market, split)
     days, train = split_days(market, split, setting)
     inner, gains = inner_bidder(method, market, setting, train)
     pid, _ = tuned_baseline(market, REFERENCE, setting, train)

@@ -74,6 +74,8 @@ def run_training(
     paths = [data] if isinstance(data, Path) else list(data)
     if not paths:
         raise RunError("training needs at least one market")
+    if config.reference == "plan" and len(paths) > 1:
+        raise RunError("--reference plan trains on one market (its train days are the planner's scenarios)")
     markets = [Market.open(path) for path in paths]
     market = markets[0]
     fingerprints = [m.split_fingerprint("train") for m in markets]
@@ -115,8 +117,6 @@ def run_training(
         config.controller = previous["config"].get("controller")
     out.mkdir(parents=True, exist_ok=True)
     days = DaySet.load(market, "train", setting)
-    if config.reference == "plan" and len(paths) > 1:
-        raise RunError("--reference plan trains on one market (its train days are the planner's scenarios)")
     if config.residual and config.controller is None:  # the home market's PID (or planner), tuned on its train days
         if config.reference == "plan":
             config.controller = reference_planner(market, paths[0], setting, days)

@@ -59,6 +59,7 @@ from training.curriculum import (
 )
 from training.dayset import VALIDATION_FRACTION, DaySet, home_market_days, split_validation, validation_folds
 from training.domain_randomization import draw_regimes
+from training.market.dataset import Market, MarketError
 from training.rewards import DualAscent, constraint_gap
 
 CURRICULA: dict[str, tuple[Stage, ...]] = {
@@ -82,9 +83,9 @@ START_AT_CONTROLLER: dict[str, bool] = {"mc": False, "sc": True}
 PID above its trained epochs and were wrong by 0.06 ANS on test (RESULTS.md, session 13)."""
 
 SELECTION_DAYS = ("all", "home")
+"""The choices of :attr:`SACConfig.selection_days`."""
 REFERENCES = ("pid", "plan")
 """What a residual policy may correct (:attr:`SACConfig.reference`)."""
-"""The choices of :attr:`SACConfig.selection_days`."""
 SELECTION_SEEDS: dict[str, int] = {"mc": 1, "sc": 5}
 """The default of :attr:`SACConfig.selection_seeds`, per setting. SC: 5 since session 20, by a rule fixed before
 the runs were read (more of the suite's 8 test/OOD rows meet the bar, none lost): the default's ensembles behind the
@@ -237,6 +238,8 @@ class SACConfig:
             raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, not {self.reference!r}")
         if self.reference != "pid" and not self.residual:
             raise ValueError(f"reference {self.reference!r} needs a residual run (it is what the policy corrects)")
+        if self.controller is not None and (self.controller.get("kind") == "plan") != (self.reference == "plan"):
+            raise ValueError(f"reference {self.reference!r} does not match the controller the config holds")
         if self.start_at_controller and not self.residual:
             raise ValueError("start_at_controller needs a residual run (it starts at the reference controller)")
         if not 0 <= self.validation_fold < validation_folds(self.validation_fraction):
@@ -273,7 +276,7 @@ class SACConfig:
     def bayesian(self) -> bool:
         return self.algo == "cbrl"
 
-    def controller_gains(self) -> Reference | None:
+    def reference_controller(self) -> Reference | None:
         """The residual policy's reference controller (None for a non-residual run)."""
         return reference_of(bool(self.residual), self.controller)
 
@@ -302,7 +305,7 @@ class PolicyBidder(Bidder):
         controller: Reference | None = None,
     ):
         if policy.residual and controller is None:
-            raise ValueError("a residual policy needs its reference controller's gains")
+            raise ValueError("a residual policy needs its reference controller")
         self.policy = policy
         self.stochastic = stochastic
         self.encoder = encoder
@@ -383,8 +386,10 @@ class EpisodeBuffer:
         self.size = 0
         self.cursor = 0
 
-    def add(self, history: History, oracle: np.ndarray) -> None:
-        obs = observation_sequence(history, self.controller)  # o_0 .. o_48 of each episode
+    def add(self, history: History, oracle: np.ndarray, controller: Reference | None = None) -> None:
+        """Keep the episodes of ``history``. ``controller``: the reference they were played with, where it is not the
+        buffer's own (a planner that left each train day's own scenario out: :func:`days_reference`)."""
+        obs = observation_sequence(history, controller or self.controller)  # o_0 .. o_48 of each episode
         for k in range(history.n):
             i = self.cursor
             self.obs[i] = obs[k]
@@ -472,7 +477,7 @@ class SACAgent:
         latent = config.latent_dim if config.bayesian else 0
         residual = bool(config.residual)  # never None after SACConfig.__post_init__
         width = obs_dim(residual)
-        self.controller = config.controller_gains()  # ValueError for a residual config without one
+        self.controller = config.reference_controller()  # ValueError for a residual config without one
         self.encoder = (
             PosteriorEncoder(transition_dim(residual), config.latent_dim, initial_std=config.posterior_initial_std)
             if config.bayesian
@@ -619,13 +624,19 @@ def reference_of(residual: bool, controller: dict[str, Any] | None) -> Reference
     if not controller:
         raise ValueError("a residual run's config lacks its reference controller")
     if controller.get("kind") == "plan":
-        scenarios = _train_day_scenarios(controller["market"], controller["setting"], controller["fingerprint"])
+        try:
+            scenarios = _train_day_scenarios(controller["market"], controller["setting"], controller["fingerprint"])
+        except (OSError, MarketError) as exc:
+            raise ValueError(
+                f"the run corrects a planner on the train days of {controller['market']}, which cannot be read: {exc}"
+            ) from None
         return PlanReference(
             scenarios,
             float(controller["margin"]),
             float(controller["cost_sd"]),
             bool(controller["noise_aware"]),
             name=f"{controller['market']} train days ({controller['fingerprint'][:12]})",
+            fingerprint=controller["fingerprint"],
         )
     return ControllerGains.with_profile(controller["traffic_profile"], {k: controller[k] for k in GAIN_FIELDS})
 
@@ -634,7 +645,6 @@ def reference_of(residual: bool, controller: dict[str, Any] | None) -> Reference
 def _train_day_scenarios(market: str, setting: str, fingerprint: str) -> Scenarios:
     """The planner's scenarios of a market's train days (an ensemble's runs share one copy)."""
     from training.bidders.planner import scenarios_of
-    from training.market.dataset import Market
 
     opened = Market.open(Path(market))
     if opened.split_fingerprint("train") != fingerprint:
@@ -642,13 +652,28 @@ def _train_day_scenarios(market: str, setting: str, fingerprint: str) -> Scenari
     return scenarios_of(DaySet.load(opened, "train", Setting(setting)))
 
 
-def for_days(bidder: Bidder, rows: np.ndarray) -> Bidder:
-    """``bidder`` for episodes that play the train days ``rows`` (indices into the run's train :class:`DaySet`): a
-    planner-referenced policy then plans each without its own day's scenario (leave-one-out, as the planner is
-    tuned); any other bidder as it is."""
+def days_reference(reference: Reference | None, days: DaySet, rows: np.ndarray) -> Reference | None:
+    """The reference for episodes that play ``days[rows]``: a planner whose scenarios are ``days`` (the run's train
+    days, in :meth:`DaySet.load` order) plans each without its own day's scenario (leave-one-out, as the planner is
+    tuned); the PID as it is. A planner on any other days is refused (its rows would name the wrong scenarios)."""
+    if not isinstance(reference, PlanReference):
+        return reference
+    if days.split != "train" or days.parts or days.market.split_fingerprint("train") != reference.fingerprint:
+        raise ValueError("a planner reference plays its own market's train days here, not other days")
+    return reference.excluding(rows)
+
+
+def for_days(bidder: Bidder, days: DaySet, rows: np.ndarray) -> Bidder:
+    """``bidder`` for episodes that play ``days[rows]`` (:func:`days_reference`); any other bidder as it is."""
     if isinstance(bidder, PolicyBidder) and isinstance(bidder.controller, PlanReference):
-        return PolicyBidder(bidder.policy, bidder.stochastic, bidder.encoder, bidder.controller.excluding(rows))
+        reference = days_reference(bidder.controller, days, rows)
+        return PolicyBidder(bidder.policy, bidder.stochastic, bidder.encoder, reference)
     return bidder
+
+
+def episode_days(chosen: np.ndarray, repeats: int) -> np.ndarray:
+    """The day of each episode when ``days[chosen]`` are each played ``repeats`` times (:func:`play_days`)."""
+    return np.tile(chosen, repeats)
 
 
 def _by_name(saved: dict[str, Any] | list[Any]) -> dict[str, Any]:
@@ -670,8 +695,8 @@ def play_days(
 ) -> tuple[Outcome, np.ndarray]:
     """Play ``days[chosen]``, each ``repeats`` times; the outcome and the per-episode D*. ``regime_spread`` > 0:
     each episode in a randomized regime (:mod:`training.domain_randomization`; its D* scaled by the delivery's)."""
-    episodes = np.tile(chosen, repeats)
-    bidder = for_days(bidder, episodes)
+    episodes = episode_days(chosen, repeats)
+    bidder = for_days(bidder, days, episodes)
     registration = days.registration().take(episodes)
     regime = draw_regimes(np.random.default_rng([seed, 0x5EED]), episodes.size, regime_spread)
     outcome = play(bidder, days.indexes(), episodes, registration, seed, regime)
@@ -743,7 +768,9 @@ def train(
         collected, oracle = play_days(
             explorer, days, train_days, config.episodes_per_day, config.seed * 100_003 + epoch, config.regime_spread
         )
-        buffer.add(collected.history, oracle)
+        # the references the explorer read (a planner's leave-one-out plans, kept: not planned again)
+        played = days_reference(agent.controller, days, episode_days(train_days, config.episodes_per_day))
+        buffer.add(collected.history, oracle, played)
         if isinstance(stage, LagrangianStage):  # RCPO: lambda follows this epoch's mean constraint gap (dual ascent)
             registration = collected.history.registration
             gap = constraint_gap(collected.delivery, collected.cost, registration.roi_target, registration.budget)
