@@ -510,7 +510,7 @@ def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(
     kept: list[tuple[object, np.ndarray]] = []
     add = sac.EpisodeBuffer.add
 
-    def keeping(self, history, oracle, controller=None):  # noqa: ANN001, ANN202 - a spy on the buffer
+    def keeping(self, history, oracle, controller=None):  # a spy on the buffer: store, then keep what it stored
         add(self, history, oracle, controller)
         kept.append((history.until(history.slot), self.obs[: history.n, :, -1].copy()))
 
