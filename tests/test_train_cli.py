@@ -529,7 +529,7 @@ def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(
     tuned = Planner(scenarios_of(days), controller["margin"], controller["cost_sd"])
     outcome, _ = play_days(without_own_days(tuned, validation_days), days, validation_days, 1, seed=0)
     assert body["controller_validation_score"] == pytest.approx(score(outcome, days, validation_days), abs=1e-9)
-    (history, stored), = kept  # one epoch: one batch of episodes, each train day episodes_per_day times
+    ((history, stored),) = kept  # one epoch: one batch of episodes, each train day episodes_per_day times
     train_days, _ = split_validation(days, body["config"]["validation_fraction"])
     rows = np.tile(train_days, body["config"]["episodes_per_day"])
     fresh = PlanReference(tuned.scenarios, tuned.margin, tuned.cost_sd).excluding(rows).sequence(history)
