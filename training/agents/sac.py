@@ -658,7 +658,12 @@ def days_reference(reference: Reference | None, days: DaySet, rows: np.ndarray) 
     tuned); the PID as it is. A planner on any other days is refused (its rows would name the wrong scenarios)."""
     if not isinstance(reference, PlanReference):
         return reference
-    if days.split != "train" or days.parts or days.market.split_fingerprint("train") != reference.fingerprint:
+    if (
+        days.split != "train"
+        or days.parts
+        or len(days) != reference.scenarios.days  # a subset's rows would name the wrong scenarios
+        or days.market.split_fingerprint("train") != reference.fingerprint
+    ):
         raise ValueError("a planner reference plays its own market's train days here, not other days")
     return reference.excluding(rows)
 
