@@ -47,3 +47,23 @@ def test_the_cli_prints_plots_and_refuses_an_unknown_method(exported, tmp_path):
     assert ends[str(exported.market)]["pid"]["spent_share"] is None  # SC: no budget, null rather than NaN
     refused = CliRunner().invoke(app, [*args, "--method", "nonsense"])
     assert refused.exit_code == 2 and "expected a baseline" in refused.output
+
+
+def test_the_planner_paces_its_own_train_days_leaving_each_out_as_rcb_evaluate_plays_them(exported):
+    """``plan`` holds the train days as scenarios: on ``--split train`` (pacing's default) it plays each day without
+    its own, as ``rcb evaluate`` does, not in sample."""
+    from training.bidders.base import play
+    from training.evaluate import split_days, tuned_baseline
+
+    (_, end) = pace(exported.market, SETTING, "train", ["plan"])["plan"]
+    market = Market.open(exported.market)
+    episodes = evaluate(market, SETTING, "train", ["plan"], seeds=1).episodes
+    assert end["roi_over_target"] == pytest.approx(float(np.median(episodes["roi"] / episodes["roi_target"])))
+    assert end["feasible"] == pytest.approx(float(episodes["feasible"].mean()))
+    days, train = split_days(market, "train", SETTING)
+    in_sample = play(
+        tuned_baseline(market, "plan", SETTING, train)[0], days.indexes(), days.episode_days(), days.registration(), 0
+    )
+    assert end["roi_over_target"] != pytest.approx(
+        float(np.median(in_sample.delivery / in_sample.cost / days.roi_target))
+    )

@@ -362,10 +362,8 @@ def evaluate(
             continue
         bidder, record = method_bidder(method, market, setting, train, progress)
         row_label = method_label(listed)  # the method as written, or an ensemble's group label
-        leave_out = getattr(BASELINES.get(method), "without_own_days", None)
-        if leave_out is not None and split in ("train", VALIDATION):
-            rows = np.arange(len(days)) if split == "train" else split_validation(train())[1]
-            bidder = leave_out(bidder, np.asarray(rows)[days.episode_days()])
+        bidder, left_out = own_days_left_out(bidder, method, split, days, train)
+        if left_out:
             record["left_out"] = "each day played without its own scenario"
         if shielded:
             bidder = shielded_by(bidder)
@@ -448,6 +446,18 @@ def runs_behind(method: str) -> list[Path]:
     method = unshielded(method)[0]
     group = run_group(method)
     return group[1] if group is not None else [Path(method)] if is_run_dir(method) else []
+
+
+def own_days_left_out(
+    bidder: Bidder, method: str, split: str, days: DaySet, train: Callable[[], DaySet]
+) -> tuple[Bidder, bool]:
+    """``bidder`` for ``days`` of ``split``: a baseline that holds the train days (the planner's scenarios) plays
+    train and validation days each without its own (leave-one-out, as it is tuned); and whether it left days out."""
+    leave_out = getattr(BASELINES.get(method), "without_own_days", None)
+    if leave_out is None or split not in ("train", VALIDATION):
+        return bidder, False
+    rows = np.arange(len(days)) if split == "train" else split_validation(train())[1]
+    return leave_out(bidder, np.asarray(rows)[days.episode_days()]), True
 
 
 def check_split(methods: list[str], market: Market, split: str) -> None:

@@ -33,6 +33,7 @@ from training.evaluate import (
     EvaluationError,
     check_split,
     method_bidder,
+    own_days_left_out,
     shield_gains,
     split_days,
     unshielded,
@@ -40,11 +41,15 @@ from training.evaluate import (
 from training.market.dataset import Market, MarketError
 
 
-def make_bidder(method: str, market: Market, setting: Setting, train: Callable[[], DaySet]) -> Bidder:
-    """The bidder ``rcb evaluate`` plays for ``method`` (:func:`training.evaluate.method_bidder`, behind the shield
-    with the controller ``rcb evaluate`` gives it for ``shield:METHOD``)."""
+def make_bidder(
+    method: str, market: Market, setting: Setting, train: Callable[[], DaySet], split: str, days: DaySet
+) -> Bidder:
+    """The bidder ``rcb evaluate`` plays for ``method`` on ``days`` of ``split``
+    (:func:`training.evaluate.method_bidder`; the planner leave-one-out on train and validation days; behind the
+    shield with the controller ``rcb evaluate`` gives it for ``shield:METHOD``)."""
     inner_method, shielded = unshielded(method)
     bidder = method_bidder(inner_method, market, setting, train)[0]
+    bidder, _ = own_days_left_out(bidder, inner_method, split, days, train)
     if shielded:
         bidder = ShieldedBidder(bidder, shield_gains(bidder, market, setting, train))
     return bidder
@@ -89,7 +94,7 @@ def pace(
     days, train = split_days(market, split, setting)
     paced = {}
     for method in methods:
-        bidder = make_bidder(method, market, setting, train)
+        bidder = make_bidder(method, market, setting, train, split, days)
         outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed)
         paced[method] = (trajectories(outcome, days), day_ends(outcome, days))
     return paced
