@@ -25,6 +25,7 @@ policy.
 
 from __future__ import annotations
 
+import copy
 import functools
 import weakref
 import zipfile
@@ -241,17 +242,9 @@ class PlanReference:
 
     def excluding(self, rows: np.ndarray) -> PlanReference:
         """The same reference for episodes that play scenario ``rows[i]``'s own day (each row leaves it out)."""
-        copy = PlanReference(
-            self.scenarios,
-            self.margin,
-            self.cost_sd,
-            self.noise_aware,
-            np.asarray(rows, np.int64),
-            self.name,
-            self.fingerprint,
-        )
-        copy._made = self._made
-        return copy
+        clone = copy.copy(self)  # a shallow copy: it shares the plans made (:attr:`_made`)
+        clone.exclude = np.asarray(rows, np.int64)
+        return clone
 
     def sequence(self, history: History, until: int | None = None) -> np.ndarray:
         """``(n, until + 1)``: the plan before each slot ``0..until`` (default ``history.slot``), as

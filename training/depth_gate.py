@@ -23,14 +23,14 @@ import pandas as pd
 from model.contract import Setting
 from model.controller import ControllerGains
 from model.history import History, Registration
-from model.planner import Depth, calibrated_alerts, plan_and_depth
+from model.planner import Depth, calibrated_alerts
 from model.shield import ShieldConfig, shield
 from training.bidders.base import Bidder, play
 from training.bidders.planner import Planner, train_depth
-from training.evaluate import episode_rows, split_days, summarize, tuned_baseline
+from training.bidders.shielded import ShieldedBidder
+from training.evaluate import episode_rows, shield_gains, split_days, summarize, tuned_baseline
 from training.market.dataset import Market
 from training.significance import paired_gap
-from training.train import reference_controller
 
 
 class DepthGatedShield(Bidder):
@@ -53,8 +53,7 @@ class DepthGatedShield(Bidder):
         self.first_flag = np.full(registration.n, -1, dtype=np.int64)
 
     def bid(self, history: History) -> np.ndarray:
-        p = self.planner
-        ratio, found = plan_and_depth(p.scenarios, history, p.margin, p.cost_sd, p.exclude, p.noise_aware)
+        ratio, found = self.planner.decide(history)
         depth = Depth(found.edge, found.misfit, *self.alerts)
         newly = depth.out & ~self.flagged if history.slot > 0 else np.zeros(history.n, dtype=bool)
         self.first_flag[newly] = history.slot
@@ -70,19 +69,12 @@ def probe(market_dir: Path, split: str, setting: Setting) -> tuple[pd.DataFrame,
     planner, _ = tuned_baseline(market, "plan", setting, train)
     pid, _ = tuned_baseline(market, "pid", setting, train)
     assert isinstance(planner, Planner)
-    reference = reference_controller(market, setting)
-    gains = ControllerGains.with_profile(reference["traffic_profile"], reference)
+    gains = shield_gains(planner, market, setting, train)  # what rcb evaluate's shield:plan runs
     alerts = calibrated_alerts(*train_depth(planner, train()))
-
-    class Shielded(Bidder):
-        name: ClassVar[str] = "shield:plan"
-
-        def bid(self, history: History) -> np.ndarray:
-            return shield(history, planner.bid(history), gains).ratio
-
     gated = DepthGatedShield(planner, gains, alerts)
     frames = []
-    for label, bidder in (("pid", pid), ("plan", planner), ("shield:plan", Shielded()), ("gated", gated)):
+    players = (("pid", pid), ("plan", planner), ("shield:plan", ShieldedBidder(planner, gains)), ("gated", gated))
+    for label, bidder in players:
         outcome = play(bidder, days.indexes(), days.episode_days(), days.registration(), 0)
         frames.append(episode_rows(label, 0, days, outcome.delivery, outcome.cost))
     first = gated.first_flag

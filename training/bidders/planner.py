@@ -24,7 +24,7 @@ import typer
 
 from model.contract import Setting
 from model.history import History
-from model.planner import GRID, Scenarios, plan, plan_and_depth
+from model.planner import GRID, Depth, Scenarios, plan_and_depth
 from training.bidders.base import Bidder, play
 from training.bidders.tuning import episode_scores
 from training.dayset import DaySet
@@ -75,7 +75,11 @@ class Planner(Bidder):
         self.noise_aware = noise_aware
 
     def bid(self, history: History) -> np.ndarray:
-        return plan(self.scenarios, history, self.margin, self.cost_sd, self.exclude, self.noise_aware)
+        return self.decide(history)[0]
+
+    def decide(self, history: History) -> tuple[np.ndarray, Depth]:
+        """:meth:`bid`'s ratios and the signs of the planner's depth behind them (:func:`plan_and_depth`)."""
+        return plan_and_depth(self.scenarios, history, self.margin, self.cost_sd, self.exclude, self.noise_aware)
 
     def params(self) -> dict[str, Any]:
         """The tuned parameters of a planner that has one of each (not of a tuning batch's per-episode arrays)."""
@@ -96,9 +100,7 @@ class _DepthRecorder(Planner):
         self.misfit: list[np.ndarray] = []
 
     def bid(self, history: History) -> np.ndarray:
-        ratio, depth = plan_and_depth(
-            self.scenarios, history, self.margin, self.cost_sd, self.exclude, self.noise_aware
-        )
+        ratio, depth = self.decide(history)
         if history.slot > 0:
             self.edge.append(depth.edge)
             self.misfit.append(depth.misfit)
