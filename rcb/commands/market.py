@@ -1,4 +1,4 @@
-"""`rcb market generate | import | report`: make, bring in and inspect impression logs."""
+"""`rcb market generate | import | subset | report`: make, bring in, cut and inspect impression logs."""
 
 from __future__ import annotations
 
@@ -112,6 +112,34 @@ def generate_command(
         typer.echo(
             f"wrote {plural(len(market.days), 'day')} ({counts['train']} train / {counts['test']} test /"
             f" {counts['ood']} ood), {impressions:,} impressions to {out} in {elapsed:.1f}s"
+        )
+
+
+@app.command("subset")
+def subset_command(
+    data_dir: Annotated[Path, typer.Argument(help="Market directory to take days from.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory to write (manifest.json + linked day files).")],
+    train_days: Annotated[int, typer.Option("--train-days", min=1, help="How many train days to keep (the first).")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing market in OUT.")] = False,
+    json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Keep the first N train days of a market and all its test and OOD days (files hard-linked): nested train
+    sets scored on the same held-out days, e.g. to see how many days of logs a method needs."""
+    from training.market.dataset import MANIFEST, Market, subset_market
+
+    with user_errors():
+        check_output_dir(out)
+        if out.resolve() == data_dir.resolve():
+            raise fail("--out must differ from the source market")
+        if (out / MANIFEST).exists() and not force:
+            raise fail(f"{out} already holds a market ({MANIFEST}); pass --force to overwrite")
+        market = subset_market(Market.open(data_dir), out, train_days)
+    counts = {s: len(market.split(s)) for s in ("train", "test", "ood")}
+    if json:
+        print_json({"out": str(out), "days": counts})
+    else:
+        typer.echo(
+            f"wrote {out}: {counts['train']} train / {counts['test']} test / {counts['ood']} ood days of {data_dir}"
         )
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,3 +159,32 @@ class Market:
         """sha256 over a split's day files and MC constraints: what a model tuned or trained on it saw."""
         days = [[e.day, self.fingerprint(e.day), e.mc.roi_target, e.mc.budget] for e in self.split(split)]
         return hashlib.sha256(json.dumps(days).encode()).hexdigest()
+
+
+def subset_market(source: Market, out: Path | str, train_days: int) -> Market:
+    """A market of ``source``'s first ``train_days`` train days (in day order) and all its test and OOD days.
+
+    What a learning curve over the amount of logs needs: nested train sets scored on the same held-out days. Day
+    files are hard-linked (copied across file systems), so the subset costs no disk and its fingerprints equal the
+    source's. The manifest keeps every entry as written, the MC constraints included (under the ``prior`` recipe
+    they were drawn from the source's train days), and records where it came from in ``source["subset"]``.
+    """
+    out = Path(out)
+    train = source.split("train")
+    if not 1 <= train_days <= len(train):
+        raise MarketError(f"{source.root}: has {len(train)} train days; asked for {train_days} (1..{len(train)})")
+    kept_train = {e.day for e in train[:train_days]}
+    days = [e for e in source.days if e.split != "train" or e.day in kept_train]
+    out.mkdir(parents=True, exist_ok=True)
+    for entry in days:
+        target = out / entry.file
+        if target.exists():
+            target.unlink()
+        try:
+            os.link(source.root / entry.file, target)
+        except OSError:  # another file system: copy
+            shutil.copy2(source.root / entry.file, target)
+    provenance = {"of": str(source.root), "train_days": train_days, "source_train_days": len(train)}
+    market = Market(root=out, days=list(days), source={**source.source, "subset": provenance})
+    market.save()
+    return market
