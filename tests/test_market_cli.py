@@ -99,3 +99,34 @@ def test_generate_prints_its_summary_on_stdout(tmp_path: Path):
     result = runner.invoke(app, [*args, "--impressions-per-day", "500", "--workers", "1"])
     assert result.exit_code == 0, result.output
     assert "wrote 2 days (1 train / 1 test / 0 ood)" in result.stdout
+
+
+def test_subset_keeps_the_first_train_days_and_every_held_out_day(generated: Path, tmp_path: Path):
+    source = Market.open(generated)
+    out = tmp_path / "subset"
+    result = runner.invoke(app, ["market", "subset", str(generated), "--out", str(out), "--train-days", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["days"] == {"train": 2, "test": 3, "ood": 3}
+    subset = Market.open(out)
+    assert [e.day for e in subset.split("train")] == [e.day for e in source.split("train")[:2]]
+    for split in ("test", "ood"):
+        assert subset.split(split) == source.split(split)  # same entries: constraints, regimes, hashes
+        assert subset.split_fingerprint(split) == source.split_fingerprint(split)
+    day = subset.split("train")[1].day
+    assert subset.load(day).n_impressions == source.load(day).n_impressions
+    assert subset.source["subset"] == {"of": str(generated), "train_days": 2, "source_train_days": 3}
+
+
+def test_subset_refuses_more_train_days_than_the_source_has(generated: Path, tmp_path: Path):
+    out = tmp_path / "subset"
+    result = runner.invoke(app, ["market", "subset", str(generated), "--out", str(out), "--train-days", "4"])
+    assert result.exit_code == 2
+    assert "has 3 train days; asked for 4" in result.output
+    assert not (out / "manifest.json").exists()
+
+
+def test_subset_refuses_to_overwrite_its_source(generated: Path):
+    result = runner.invoke(app, ["market", "subset", str(generated), "--out", str(generated), "--train-days", "1"])
+    assert result.exit_code == 2
+    assert "must differ" in result.output
+    assert len(Market.open(generated).days) == 9
