@@ -37,4 +37,10 @@ def test_bad_points_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "no such file" in capsys.readouterr().err
     assert main([str(tmp_path / "a.png"), "--method", "y", "--point", "test", "3", str(csv)]) == 2
     assert "no episodes of 'y'" in capsys.readouterr().err
+    odd = tmp_path / "odd.csv"
+    pd.DataFrame({"method": ["x"], "day": [0]}).to_csv(odd, index=False)
+    assert main([str(tmp_path / "a.png"), "--method", "x", "--point", "test", "3", str(odd)]) == 2
+    assert "not an `rcb evaluate` episodes.csv" in capsys.readouterr().err
+    assert main([str(tmp_path), "--method", "x", "--point", "test", "3", str(csv)]) == 2
+    assert "file path in an existing directory" in capsys.readouterr().err
     assert not (tmp_path / "a.png").exists()

@@ -1,4 +1,4 @@
-"""`rcb market generate` and `rcb market report` through the real console app."""
+"""`rcb market generate`, `rcb market subset` and `rcb market report` through the real console app."""
 
 from __future__ import annotations
 
@@ -114,7 +114,57 @@ def test_subset_keeps_the_first_train_days_and_every_held_out_day(generated: Pat
         assert subset.split_fingerprint(split) == source.split_fingerprint(split)
     day = subset.split("train")[1].day
     assert subset.load(day).n_impressions == source.load(day).n_impressions
-    assert subset.source["subset"] == {"of": str(generated), "train_days": 2, "source_train_days": 3}
+    assert subset.source["subset"] == {"of": str(generated.resolve()), "train_days": 2, "source_train_days": 3}
+    entry = subset.split("test")[0]
+    assert (out / entry.file).stat().st_ino == (generated / entry.file).stat().st_ino  # linked, not copied
+
+
+def test_subset_force_replaces_a_subset_and_leaves_the_source_alone(generated: Path, tmp_path: Path):
+    out = tmp_path / "subset"
+    before = {e.file: e.sha256 for e in Market.open(generated).days}
+    assert (
+        runner.invoke(app, ["market", "subset", str(generated), "--out", str(out), "--train-days", "3"]).exit_code == 0
+    )
+    again = runner.invoke(app, ["market", "subset", str(generated), "--out", str(out), "--train-days", "1"])
+    assert again.exit_code == 2 and "--force" in again.output
+    assert len(Market.open(out).split("train")) == 3  # refused: nothing lost
+    forced = ["market", "subset", str(generated), "--out", str(out), "--train-days", "1", "--force"]
+    assert runner.invoke(app, forced).exit_code == 0
+    subset = Market.open(out)
+    assert len(subset.split("train")) == 1
+    assert sorted(p.name for p in out.glob("*.parquet")) == sorted(e.file for e in subset.days)  # no stale days
+    source = Market.open(generated)
+    assert {e.file: e.sha256 for e in source.days} == before
+    for entry in source.days:
+        source.fingerprint(entry.day)  # every source file still matches its manifest
+
+
+def test_a_day_rewritten_in_a_subset_does_not_change_the_source(generated: Path, tmp_path: Path):
+    from training.market.logs import write_day
+
+    out = tmp_path / "subset"
+    assert (
+        runner.invoke(app, ["market", "subset", str(generated), "--out", str(out), "--train-days", "1"]).exit_code == 0
+    )
+    subset, source = Market.open(out), Market.open(generated)
+    first, other = subset.split("test")[0], subset.split("test")[1]
+    write_day(subset.load(other.day), out / first.file)  # e.g. a generator run with --force into the subset
+    source.fingerprint(first.day)  # the source's file is untouched (write_day replaces, never rewrites in place)
+
+
+def test_subset_of_an_edited_source_writes_nothing(generated: Path, tmp_path: Path):
+    source = tmp_path / "source"
+    assert (
+        runner.invoke(app, ["market", "subset", str(generated), "--out", str(source), "--train-days", "3"]).exit_code
+        == 0
+    )
+    broken = Market.open(source).split("ood")[-1]
+    (source / broken.file).unlink()
+    out = tmp_path / "subset"
+    result = runner.invoke(app, ["market", "subset", str(source), "--out", str(out), "--train-days", "1"])
+    assert result.exit_code == 2
+    assert "is missing" in result.output
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_subset_refuses_more_train_days_than_the_source_has(generated: Path, tmp_path: Path):
@@ -126,7 +176,8 @@ def test_subset_refuses_more_train_days_than_the_source_has(generated: Path, tmp
 
 
 def test_subset_refuses_to_overwrite_its_source(generated: Path):
-    result = runner.invoke(app, ["market", "subset", str(generated), "--out", str(generated), "--train-days", "1"])
+    args = ["market", "subset", str(generated), "--out", str(generated), "--train-days", "1", "--force"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert "must differ" in result.output
     assert len(Market.open(generated).days) == 9

@@ -129,7 +129,7 @@ def subset_command(
 
     with user_errors():
         check_output_dir(out)
-        if out.resolve() == data_dir.resolve():
+        if out.resolve() == data_dir.resolve() or (out.exists() and data_dir.exists() and out.samefile(data_dir)):
             raise fail("--out must differ from the source market")
         if (out / MANIFEST).exists() and not force:
             raise fail(f"{out} already holds a market ({MANIFEST}); pass --force to overwrite")

@@ -83,7 +83,15 @@ from training.market.constraints import (
     draw_market_constraints,
     draw_paper_constraints,
 )
-from training.market.dataset import MANIFEST, SPLITS, DayEntry, Market, MarketError, MCConstraints, file_sha256
+from training.market.dataset import (
+    MANIFEST,
+    SPLITS,
+    DayEntry,
+    Market,
+    MCConstraints,
+    clear_market,
+    file_sha256,
+)
 from training.market.logs import READABLE_SUFFIXES, read_frame, write_day
 from training.market.schema import SchemaError, ValidationReport, reject_rows, split_days, validate_frame
 from training.simulator import DayIndex
@@ -473,23 +481,6 @@ def _check_out(out: Path, overwrite: bool) -> None:
         )
 
 
-def _clear_out(out: Path) -> None:
-    """Make ``out``; remove the manifest and day files of a market already there (only those it lists)."""
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = out / MANIFEST
-    if not manifest.exists():
-        return
-    try:
-        stale = [out / entry.file for entry in Market.open(out).days]
-    except MarketError:
-        stale = []
-    # The manifest goes first: an interrupted import never leaves a manifest pointing at missing files.
-    manifest.unlink()
-    for path in stale:
-        if path.parent == out:
-            path.unlink(missing_ok=True)
-
-
 def _day_file(day: int) -> str:
     return f"day_{day:03d}.parquet"
 
@@ -548,7 +539,7 @@ def import_market(
     splits = split_assignment(list(logs), ood_days, test_fraction, seed)
 
     # Only now, with every row read and checked, is an existing market replaced.
-    _clear_out(out)
+    clear_market(out)
     entries: list[DayEntry] = []
     curves = {}
     for done, (day, log) in enumerate(sorted(logs.items()), start=1):

@@ -161,13 +161,33 @@ class Market:
         return hashlib.sha256(json.dumps(days).encode()).hexdigest()
 
 
+def clear_market(out: Path) -> None:
+    """Make ``out``; remove the manifest and day files of a market already there (only those it lists)."""
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = out / MANIFEST
+    if not manifest.exists():
+        return
+    try:
+        stale = [out / entry.file for entry in Market.open(out).days]
+    except MarketError:
+        stale = []
+    # The manifest goes first: an interrupted rewrite never leaves a manifest pointing at missing or other files.
+    manifest.unlink()
+    for path in stale:
+        if path.parent == out:
+            path.unlink(missing_ok=True)
+
+
 def subset_market(source: Market, out: Path | str, train_days: int) -> Market:
     """A market of ``source``'s first ``train_days`` train days (in day order) and all its test and OOD days.
 
     What a learning curve over the amount of logs needs: nested train sets scored on the same held-out days. Day
     files are hard-linked (copied across file systems), so the subset costs no disk and its fingerprints equal the
-    source's. The manifest keeps every entry as written, the MC constraints included (under the ``prior`` recipe
-    they were drawn from the source's train days), and records where it came from in ``source["subset"]``.
+    source's; day files are only ever replaced, never rewritten in place (:func:`training.market.logs.write_day`),
+    so rewriting either market leaves the other's files as they were. A market already in ``out`` is cleared first
+    (:func:`clear_market`), after every kept source file has been checked. The manifest keeps every entry as
+    written, the MC constraints included (under the ``prior`` recipe they were drawn from the source's train days),
+    and records where it came from in ``source["subset"]``.
     """
     out = Path(out)
     train = source.split("train")
@@ -175,7 +195,9 @@ def subset_market(source: Market, out: Path | str, train_days: int) -> Market:
         raise MarketError(f"{source.root}: has {len(train)} train days; asked for {train_days} (1..{len(train)})")
     kept_train = {e.day for e in train[:train_days]}
     days = [e for e in source.days if e.split != "train" or e.day in kept_train]
-    out.mkdir(parents=True, exist_ok=True)
+    for entry in days:  # every kept file present and as its manifest says, before anything is written
+        source.fingerprint(entry.day)
+    clear_market(out)
     for entry in days:
         target = out / entry.file
         if target.exists():
@@ -184,7 +206,7 @@ def subset_market(source: Market, out: Path | str, train_days: int) -> Market:
             os.link(source.root / entry.file, target)
         except OSError:  # another file system: copy
             shutil.copy2(source.root / entry.file, target)
-    provenance = {"of": str(source.root), "train_days": train_days, "source_train_days": len(train)}
+    provenance = {"of": str(source.root.resolve()), "train_days": train_days, "source_train_days": len(train)}
     market = Market(root=out, days=list(days), source={**source.source, "subset": provenance})
     market.save()
     return market

@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from training.files import atomic_write
 from training.market.schema import DayLog, InvalidRowsError, SchemaError, ValidationReport, split_days, validate_frame
 
 READABLE_SUFFIXES = (".parquet", ".pq", ".csv", ".csv.gz")
@@ -48,11 +49,14 @@ def _narrowest_float(values: np.ndarray) -> pa.DataType:
 
 
 def write_day(day: DayLog, path: Path) -> None:
-    """Write one day as zstd Parquet, losslessly: float columns narrow to float32 only when exact."""
+    """Write one day as zstd Parquet, losslessly: float columns narrow to float32 only when exact.
+
+    The file is written beside ``path`` and moved into place: a crash never leaves half a day, and a day file
+    hard-linked into another market (``rcb market subset``) is replaced here, never rewritten under the other."""
     frame = day.to_frame()
     fields = [pa.field("day", pa.int32()), pa.field("slot", pa.int8())]
     fields += [
         pa.field(c, _narrowest_float(frame[c].to_numpy())) for c in ("utility", "market_price", "delivery", "cost")
     ]
     table = pa.Table.from_pandas(frame, preserve_index=False).cast(pa.schema(fields))
-    pq.write_table(table, path, compression="zstd")
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
