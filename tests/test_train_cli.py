@@ -225,6 +225,36 @@ def test_n_step_is_recorded_and_a_resume_keeps_it(market: Path, tmp_path: Path):
     assert refused.exit_code != 0 and "less than or equal to 48" in " ".join(refused.output.split())
 
 
+def test_lr_milestones_are_recorded_kept_on_resume_and_checked(market: Path, tmp_path: Path):
+    out = tmp_path / "schedule"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "crl"]
+    result = runner.invoke(app, [*args, "--epochs", "1", "--updates-per-epoch", "10", "--lr-milestones", "5, 15"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "run.json").read_text())["config"]["lr_milestones"] == [5, 15]
+    resumed = runner.invoke(app, [*args, "--epochs", "2", "--updates-per-epoch", "10", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads((out / "run.json").read_text())["config"]["lr_milestones"] == [5, 15]
+    bad_lists = (("4000,x", "not a comma-separated list"), ("8000,4000", "strictly increasing"), ("0", "positive"))
+    for bad, says in bad_lists:
+        refused = runner.invoke(app, [*args[:6], str(tmp_path / "x"), *args[7:], "--lr-milestones", bad])
+        assert refused.exit_code == 2 and says in " ".join(refused.output.split()), refused.output
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")
+def test_lr_milestones_halve_every_learning_rate():
+    from training.agents.sac import SACAgent, SACConfig
+
+    agent = SACAgent(SACConfig(algo="crl", lr_milestones=(1, 2)))
+    rates = [group["lr"] for optimizer in agent.optimizers.values() for group in optimizer.param_groups]
+    assert rates and all(rate == pytest.approx(3e-4) for rate in rates)
+    for _ in range(2):
+        for schedule in agent.schedulers.values():
+            schedule.step()
+    rates = [group["lr"] for optimizer in agent.optimizers.values() for group in optimizer.param_groups]
+    assert all(rate == pytest.approx(3e-4 / 4) for rate in rates)
+
+
 def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
     from training.agents.sac import SACConfig, random_policy_score, train
     from training.dayset import DaySet

@@ -6,6 +6,7 @@ import ast
 import json as jsonlib
 from functools import cache
 from importlib.util import find_spec
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,10 +48,22 @@ RESUMED_CHOICES: dict[str, Any] = {
     **TRAINING_CHOICES,
     "n_step": _default("n_step"),
     "correction_penalty": _default("correction_penalty"),
+    "lr_milestones": _default("lr_milestones"),
     **{key: choice.before_the_option for key, choice in SELECTION_CHOICES.items()},
 }
 """The options a resumed run keeps from its run.json when they are not given, with the value a run recorded
 before the option existed had (the behaviour of that time)."""
+
+
+def parse_milestones(text: str) -> tuple[int, ...]:
+    """``--lr-milestones``: positive, strictly increasing gradient steps (may be empty: a constant rate)."""
+    try:
+        steps = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"--lr-milestones: {text!r} is not a comma-separated list of gradient steps") from None
+    if any(step <= 0 for step in steps) or any(b <= a for a, b in pairwise(steps)):
+        raise ValueError(f"--lr-milestones: {text!r} must be positive and strictly increasing")
+    return steps
 
 
 def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> dict[str, Any] | None:
@@ -117,6 +130,17 @@ def train_command(
             help="Gradient steps per epoch.",
         ),
     ] = _default("updates_per_epoch"),
+    lr_milestones: Annotated[
+        str | None,
+        typer.Option(
+            "--lr-milestones",
+            help="Gradient steps at which every learning rate halves, comma-separated and increasing (with a larger"
+            " --updates-per-epoch, scale them alike to keep the schedule's epochs). Default: "
+            + ",".join(str(step) for step in _default("lr_milestones") or ())
+            + ".",
+            show_default=False,
+        ),
+    ] = None,
     auto_curriculum: Annotated[
         bool,
         typer.Option(
@@ -258,6 +282,7 @@ def train_command(
             overrides: dict[str, Any] = {
                 "epochs": epochs,
                 "updates_per_epoch": updates_per_epoch,
+                "lr_milestones": None if lr_milestones is None else parse_milestones(lr_milestones),
                 "uscb_gamma": uscb_gamma,
                 "rcpo_learning_rate": rcpo_learning_rate,
                 "action_step": action_step,
@@ -277,6 +302,8 @@ def train_command(
                 for key, before_the_option in RESUMED_CHOICES.items():
                     if overrides[key] is None:
                         overrides[key] = resumed.get(key, before_the_option)
+            if overrides["lr_milestones"] is not None:  # run.json holds a list
+                overrides["lr_milestones"] = tuple(overrides["lr_milestones"])
             config = SACConfig(
                 algo=algo,
                 seed=seed,
