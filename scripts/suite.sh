@@ -8,7 +8,8 @@
 # The paper's RL rivals (RIVALS: Hard, CRL, USCB, RCPO) are trained with the same seeds and play beside it,
 # with and without the shield; USCB's gamma and RCPO's dual-ascent step are the values scripts/results.sh
 # validated per setting.
-# Resumable: finished runs, markets and evaluations are kept, an interrupted training run is resumed.
+# Resumable: finished runs, markets and evaluations are kept, an interrupted training run is resumed; a finished
+# run of another config than asked (a changed default or TRAIN_ARGS) stops the script (rcb train --skip-done).
 #
 #   bash scripts/suite.sh                          # MC, 5 seeds, all four generated markets, every method
 #                                                  # (100 runs: about 5 hours on 2 cores)

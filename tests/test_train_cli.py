@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -253,6 +254,63 @@ def test_lr_milestones_halve_every_learning_rate():
             schedule.step()
     rates = [group["lr"] for optimizer in agent.optimizers.values() for group in optimizer.param_groups]
     assert all(rate == pytest.approx(3e-4 / 4) for rate in rates)
+
+
+def test_skip_done_keeps_a_finished_run_of_this_config_and_refuses_another(market: Path, tmp_path: Path):
+    """``--skip-done``: a finished run of the same config and train days is reported, not retrained; one of another
+    config (a changed option or default) or other days is refused, naming what differs."""
+    out = tmp_path / "done"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "crl", "--epochs", "1"]
+    result = runner.invoke(app, [*args, "--updates-per-epoch", "5", "--skip-done", "--json"])  # no run yet: trains
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.splitlines()[-1])["already_done"] is False
+    recorded = (out / "run.json").read_bytes()
+    again = runner.invoke(app, [*args, "--updates-per-epoch", "5", "--skip-done", "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output.splitlines()[-1]) == {
+        "out": str(out),
+        "best_validation_score": json.loads(recorded)["best_validation_score"],
+        "epochs": 1,
+        "already_done": True,
+    }
+    assert (out / "run.json").read_bytes() == recorded
+    other = tmp_path / "other-market"
+    generate_market(other, config_with(days_id=8, days_ood=0, impressions_per_day=6000, seed=5), workers=1)
+    for extra, says in (
+        (["--updates-per-epoch", "6"], "updates_per_epoch 5, not 6"),
+        (["--updates-per-epoch", "5", "--n-step", "4"], "n_step 8, not 4"),
+        (["--updates-per-epoch", "5", "--data", str(other)], "other train days"),
+    ):
+        command = [*args, *extra, "--skip-done"]
+        if "--data" in extra:  # the other market instead of the run's
+            command = [*command[:1], *command[3:]]
+        refused = runner.invoke(app, command)
+        text = " ".join(refused.output.split())
+        assert refused.exit_code == 2 and "finished run of another config" in text and says in text, refused.output
+    assert (out / "run.json").read_bytes() == recorded
+
+
+def test_scripts_train_run_skips_a_finished_run_and_refuses_a_changed_one(market: Path, tmp_path: Path):
+    """``scripts/train_one.sh``'s ``train_run`` (what results.sh and suite.sh queue): a rerun of a finished run
+    trains nothing; a rerun with other options fails loudly instead of keeping the stale run."""
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "runs" / "sc" / "crl-s0"
+
+    def train_run(*extra: str) -> subprocess.CompletedProcess[str]:
+        line = f"{market} sc crl 0 {out} --epochs 1 --updates-per-epoch 5 {' '.join(extra)}"
+        script = f"source scripts/train_one.sh; echo '{line}' | JOBS=1 run_jobs"
+        return subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True, timeout=300)
+
+    first = train_run()
+    assert first.returncode == 0 and first.stdout.strip() == f"trained {out}", first.stderr
+    recorded = (out / "run.json").read_bytes()
+    second = train_run()
+    assert second.returncode == 0 and second.stdout.strip() == f"already trained {out}", second.stderr
+    changed = train_run("--n-step", "4")
+    assert changed.returncode != 0 and f"training {out} failed" in changed.stderr
+    log = (tmp_path / "runs" / "logs" / f"{str(out).replace('/', '_')}.log").read_text()
+    assert "epoch   0" in log and "n_step 8, not 4" in " ".join(log.split())  # appended: the training log is kept
+    assert (out / "run.json").read_bytes() == recorded
 
 
 def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):

@@ -17,7 +17,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,37 @@ def run_training(
     body["best_validation_score"] = best
     _write_json(body, run_file)
     return body
+
+
+def finished_run_differences(out: Path, data: list[Path], setting: Setting, config: SACConfig) -> list[str] | None:
+    """What a finished run in ``out`` was trained with that a new run of ``config`` on ``data`` would not be.
+
+    ``None`` when ``out`` holds no finished run; ``[]`` when it is this very run (same train days, setting and
+    resolved config; the reference controller is left out, since it is tuned from those days). A key a run recorded
+    before its option existed reads as what the run did then (:mod:`training.resume_choices`)."""
+    run_file = out / RUN_FILE
+    if not run_file.exists():
+        return None
+    previous = json.loads(run_file.read_text())
+    if previous.get("status") != "done":
+        return None
+    differences = []
+    fingerprint = pooled_fingerprint([Market.open(path).split_fingerprint("train") for path in data])
+    if previous.get("data_fingerprint") != fingerprint:
+        differences.append("other train days")
+    if previous.get("setting") != str(setting):
+        differences.append(f"setting {previous.get('setting')}")
+    before = {**TRAINING_CHOICES, **{key: choice.before_the_option for key, choice in SELECTION_CHOICES.items()}}
+    recorded = previous.get("config", {})
+    # through JSON, as run.json holds it (tuples read back as lists)
+    wanted = json.loads(json.dumps(replace(config, controller=None).resolve(setting).to_dict()))
+    for key, value in wanted.items():
+        if key == "controller":
+            continue
+        kept = recorded.get(key, before.get(key, "(not recorded)"))
+        if kept != value:
+            differences.append(f"{key} {kept!r}, not {value!r}")
+    return differences
 
 
 def pooled_fingerprint(fingerprints: list[str]) -> str:

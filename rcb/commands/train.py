@@ -261,19 +261,28 @@ def train_command(
         ),
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
+    skip_done: Annotated[
+        bool,
+        typer.Option(
+            "--skip-done",
+            help="If OUT holds a finished run of this very config on these train days, report it and train nothing;"
+            " a finished run of another config is refused, naming what differs (for scripts that rerun).",
+        ),
+    ] = False,
     json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
     """Train SAC (CBRL or a rival) on the train days; resumable, with a progress bar and learning curves."""
     from training.agents.sac import SACConfig
     from training.market.dataset import Market
-    from training.train import ALGOS, RunError, run_training
+    from training.train import ALGOS, RunError, finished_run_differences, run_training
 
     if algo not in ALGOS:
         raise fail(f"unknown or not yet trainable algo {algo!r}; available: {', '.join(ALGOS)}")
     with user_errors():
         try:
             check_output_dir(out)
-            resumed = _check_resumable(out, setting, algo, resume)
+            finished = skip_done and _finished(out)
+            resumed = None if finished else _check_resumable(out, setting, algo, resume)
             for market in data:  # a missing or malformed market is reported before the bar is drawn
                 Market.open(market)
             if len({path.resolve() for path in data}) != len(data):
@@ -310,6 +319,15 @@ def train_command(
                 auto_curriculum=auto_curriculum,
                 **{k: v for k, v in overrides.items() if v is not None},
             )
+            if finished:  # nothing to train, if it is this run
+                differences = finished_run_differences(out, data, setting, config)
+                if differences:
+                    raise ValueError(
+                        f"{out} holds a finished run of another config ({'; '.join(differences)});"
+                        " remove it, resume it with --resume, or choose another --out"
+                    )
+                _print_summary(jsonlib.loads((out / RUN_FILE).read_text()), out, json, already=True)
+                return
             with progress(quiet=json) as bar:
                 task = bar.add_task(f"training {algo} on {setting.value}", total=config.epochs)
                 if resume:
@@ -326,11 +344,24 @@ def train_command(
                 body = run_training(data, setting, config, out, resume=resume, on_epoch=tick)
         except RunError as exc:
             raise fail(str(exc)) from None
+    _print_summary(body, out, json)
+
+
+def _finished(out: Path) -> bool:
+    """Whether ``out`` holds a run whose record says it is done (an unreadable record is not)."""
+    try:
+        return jsonlib.loads((out / RUN_FILE).read_text()).get("status") == "done"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _print_summary(body: dict[str, Any], out: Path, json: bool, already: bool = False) -> None:
     summary = {"out": str(out), "best_validation_score": body["best_validation_score"], "epochs": len(body["history"])}
     if json:
-        print_json(summary)
+        print_json({**summary, "already_done": already})
     else:
         typer.echo(
-            f"run in {out}: best validation score {summary['best_validation_score']:.3f} after"
-            f" {plural(summary['epochs'], 'epoch')}; curves {out}/curves.png"
+            f"run in {out}{' (already done, nothing trained)' if already else ''}: best validation score"
+            f" {summary['best_validation_score']:.3f} after {plural(summary['epochs'], 'epoch')};"
+            f" curves {out}/curves.png"
         )
