@@ -15,13 +15,15 @@ train_run() {
   local log
   log="$logs/$(echo "$out" | tr / _).log"
   mkdir -p "$(dirname "$out")" "$logs"
+  local before=0  # the log's lines before this call: its summary line is among those it appends
+  [ -f "$log" ] && before=$(wc -l < "$log")
   # shellcheck disable=SC2086  # TRAIN_ARGS is a list of options
   if ! .venv/bin/rcb train --data "$data" --setting "$setting" --algo "$algo" --seed "$seed" --out "$out" \
     "${resume[@]}" "$@" $TRAIN_ARGS --json >> "$log" 2>&1; then  # appended: a rerun keeps the training log
     echo "training $out failed; see $log" >&2
     return 1
   fi
-  tail -n 1 "$log" | grep -q '"already_done":true' && echo "already trained $out" || echo "trained $out"
+  tail -n "+$((before + 1))" "$log" | grep -q '"already_done":true' && echo "already trained $out" || echo "trained $out"
 }
 export -f train_run
 run_jobs() { xargs -r -P "${JOBS:-2}" -L 1 bash -c 'train_run "$@"' _; }  # -r: no input, no run

@@ -277,7 +277,8 @@ def test_skip_done_keeps_a_finished_run_of_this_config_and_refuses_another(marke
     other = tmp_path / "other-market"
     generate_market(other, config_with(days_id=8, days_ood=0, impressions_per_day=6000, seed=5), workers=1)
     for extra, says in (
-        (["--updates-per-epoch", "6"], "updates_per_epoch 5, not 6"),
+        (["--updates-per-epoch", "6"], "updates_per_epoch 5, not 6); remove it"),
+        (["--updates-per-epoch", "5", "--epochs", "2"], "epochs 1, not 2); resume it with --resume"),
         (["--updates-per-epoch", "5", "--n-step", "4"], "n_step 8, not 4"),
         (["--updates-per-epoch", "5", "--data", str(other)], "other train days"),
     ):
@@ -288,6 +289,26 @@ def test_skip_done_keeps_a_finished_run_of_this_config_and_refuses_another(marke
         text = " ".join(refused.output.split())
         assert refused.exit_code == 2 and "finished run of another config" in text and says in text, refused.output
     assert (out / "run.json").read_bytes() == recorded
+    # A resume that trains nothing must not record a config it did not run with.
+    resumed = runner.invoke(app, [*args, "--updates-per-epoch", "5", "--n-step", "4", "--resume"])
+    assert resumed.exit_code == 2 and "resuming it trains nothing" in " ".join(resumed.output.split())
+    assert (out / "run.json").read_bytes() == recorded
+    # A run recorded before an option existed reads as what runs did then (here: no correction penalty).
+    body = json.loads(recorded)
+    del body["config"]["correction_penalty"]
+    (out / "run.json").write_text(json.dumps(body))
+    kept = runner.invoke(app, [*args, "--updates-per-epoch", "5", "--skip-done", "--json"])
+    assert kept.exit_code == 0 and json.loads(kept.output.splitlines()[-1])["already_done"] is True, kept.output
+
+
+def test_skip_done_matches_a_residual_run_whose_controller_was_tuned_at_run_time(market: Path, tmp_path: Path):
+    out = tmp_path / "residual"
+    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--epochs", "1"]
+    args += ["--updates-per-epoch", "5", "--skip-done", "--json"]
+    assert runner.invoke(app, args).exit_code == 0
+    assert json.loads((out / "run.json").read_text())["config"]["controller"]  # the tuned PID, recorded
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and json.loads(again.output.splitlines()[-1])["already_done"] is True, again.output
 
 
 def test_scripts_train_run_skips_a_finished_run_and_refuses_a_changed_one(market: Path, tmp_path: Path):

@@ -17,7 +17,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,9 +108,15 @@ def run_training(
             kept = choice.recorded(previous["config"])
             if kept != getattr(config, choice.field):
                 raise RunError(f"{out} {choice.refusal.format(kept)}; resume it with {choice.option} {kept}")
-        state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
         start_epoch = len(history)
+        if config.epochs <= start_epoch:  # nothing to train: the record must not take a config it was not run with
+            changed = config_differences(previous["config"], config, setting, ignore=("controller", "epochs"))
+            if changed:
+                raise RunError(
+                    f"{out} is finished; resuming it trains nothing, yet its config differs ({'; '.join(changed)})"
+                )
+        state = torch.load(out / "checkpoint.pt", weights_only=False)
     elif resume:
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
     if state is not None and config.residual:  # resume with the reference controller the run started with
@@ -177,12 +183,33 @@ def run_training(
     return body
 
 
+def config_differences(
+    recorded: dict[str, Any], config: SACConfig, setting: Setting, ignore: tuple[str, ...] = ("controller",)
+) -> list[str]:
+    """Where a run's recorded config (run.json's ``config``) differs from ``config`` resolved for ``setting``, as
+    ``"n_step 8, not 4"`` lines; ``ignore`` names fields left out (by default the reference controller, tuned from
+    the train days). A field a run recorded before it existed reads as what runs did then: the value of
+    :mod:`training.resume_choices` where it names one, else the field's default."""
+    defaults = {f.name: f.default for f in fields(SACConfig) if f.default is not MISSING}
+    before = {**defaults, **TRAINING_CHOICES, **{k: c.before_the_option for k, c in SELECTION_CHOICES.items()}}
+    # through JSON, as run.json holds it (tuples read back as lists)
+    wanted = json.loads(json.dumps(replace(config, controller=None).resolve(setting).to_dict()))
+    before = json.loads(json.dumps(before, default=list))
+    differences = []
+    for key, value in wanted.items():
+        if key in ignore:
+            continue
+        kept = recorded.get(key, before.get(key, "(not recorded)"))
+        if kept != value:
+            differences.append(f"{key} {kept!r}, not {value!r}")
+    return differences
+
+
 def finished_run_differences(out: Path, data: list[Path], setting: Setting, config: SACConfig) -> list[str] | None:
     """What a finished run in ``out`` was trained with that a new run of ``config`` on ``data`` would not be.
 
     ``None`` when ``out`` holds no finished run; ``[]`` when it is this very run (same train days, setting and
-    resolved config; the reference controller is left out, since it is tuned from those days). A key a run recorded
-    before its option existed reads as what the run did then (:mod:`training.resume_choices`)."""
+    resolved config but the reference controller: :func:`config_differences`)."""
     run_file = out / RUN_FILE
     if not run_file.exists():
         return None
@@ -195,17 +222,7 @@ def finished_run_differences(out: Path, data: list[Path], setting: Setting, conf
         differences.append("other train days")
     if previous.get("setting") != str(setting):
         differences.append(f"setting {previous.get('setting')}")
-    before = {**TRAINING_CHOICES, **{key: choice.before_the_option for key, choice in SELECTION_CHOICES.items()}}
-    recorded = previous.get("config", {})
-    # through JSON, as run.json holds it (tuples read back as lists)
-    wanted = json.loads(json.dumps(replace(config, controller=None).resolve(setting).to_dict()))
-    for key, value in wanted.items():
-        if key == "controller":
-            continue
-        kept = recorded.get(key, before.get(key, "(not recorded)"))
-        if kept != value:
-            differences.append(f"{key} {kept!r}, not {value!r}")
-    return differences
+    return differences + config_differences(previous.get("config", {}), config, setting)
 
 
 def pooled_fingerprint(fingerprints: list[str]) -> str:

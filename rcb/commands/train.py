@@ -281,7 +281,7 @@ def train_command(
     with user_errors():
         try:
             check_output_dir(out)
-            finished = skip_done and _finished(out)
+            finished = skip_done and not resume and _finished(out)  # --resume: the run's own choices, as usual
             resumed = None if finished else _check_resumable(out, setting, algo, resume)
             for market in data:  # a missing or malformed market is reported before the bar is drawn
                 Market.open(market)
@@ -321,10 +321,12 @@ def train_command(
             )
             if finished:  # nothing to train, if it is this run
                 differences = finished_run_differences(out, data, setting, config)
-                if differences:
+                if differences is None or differences:  # None: the run changed since it was read
+                    grown = differences is not None and all(d.startswith("epochs ") for d in differences)
                     raise ValueError(
-                        f"{out} holds a finished run of another config ({'; '.join(differences)});"
-                        " remove it, resume it with --resume, or choose another --out"
+                        f"{out} holds a finished run of another config ({'; '.join(differences or ['unreadable'])});"
+                        + (" resume it with --resume to train the epochs added," if grown else "")
+                        + " remove it or choose another --out"
                     )
                 _print_summary(jsonlib.loads((out / RUN_FILE).read_text()), out, json, already=True)
                 return
