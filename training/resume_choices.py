@@ -50,3 +50,10 @@ TRAINING_CHOICES: dict[str, Any] = {
 """Choices of what is learned that ``rcb train --resume`` keeps when they are not given, by ``SACConfig`` field,
 with what a run recorded before the option existed did. (``n_step`` and ``correction_penalty`` are kept too;
 theirs is ``SACConfig``'s default, which the CLI reads without importing torch.)"""
+
+BEFORE_THE_OPTIONS: dict[str, Any] = {
+    **TRAINING_CHOICES,
+    **{key: choice.before_the_option for key, choice in SELECTION_CHOICES.items()},
+}
+"""What a run recorded before each of these options existed did, by ``SACConfig`` field; a field not named here
+behaved then as its default does now."""

@@ -40,7 +40,7 @@ from training.agents.sac import (
 from training.dayset import DaySet
 from training.files import atomic_write, atomic_write_text
 from training.market.dataset import Market
-from training.resume_choices import SELECTION_CHOICES, TRAINING_CHOICES
+from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES, TRAINING_CHOICES
 
 RUN_FILE = "run.json"
 ALGOS = tuple(CURRICULA)
@@ -191,7 +191,7 @@ def config_differences(
     the train days). A field a run recorded before it existed reads as what runs did then: the value of
     :mod:`training.resume_choices` where it names one, else the field's default."""
     defaults = {f.name: f.default for f in fields(SACConfig) if f.default is not MISSING}
-    before = {**defaults, **TRAINING_CHOICES, **{k: c.before_the_option for k, c in SELECTION_CHOICES.items()}}
+    before = {**defaults, **BEFORE_THE_OPTIONS}
     # through JSON, as run.json holds it (tuples read back as lists)
     wanted = json.loads(json.dumps(replace(config, controller=None).resolve(setting).to_dict()))
     before = json.loads(json.dumps(before, default=list))
@@ -205,17 +205,12 @@ def config_differences(
     return differences
 
 
-def finished_run_differences(out: Path, data: list[Path], setting: Setting, config: SACConfig) -> list[str] | None:
-    """What a finished run in ``out`` was trained with that a new run of ``config`` on ``data`` would not be.
-
-    ``None`` when ``out`` holds no finished run; ``[]`` when it is this very run (same train days, setting and
-    resolved config but the reference controller: :func:`config_differences`)."""
-    run_file = out / RUN_FILE
-    if not run_file.exists():
-        return None
-    previous = json.loads(run_file.read_text())
-    if previous.get("status") != "done":
-        return None
+def finished_run_differences(
+    previous: dict[str, Any], data: list[Path], setting: Setting, config: SACConfig
+) -> list[str]:
+    """What a finished run (its run.json body) was trained with that a new run of ``config`` on ``data`` would not
+    be; empty when it is this very run (same train days, setting and resolved config but the reference controller:
+    :func:`config_differences`)."""
     differences = []
     fingerprint = pooled_fingerprint([Market.open(path).split_fingerprint("train") for path in data])
     if previous.get("data_fingerprint") != fingerprint:

@@ -14,7 +14,7 @@ import typer
 
 from model.contract import Setting
 from rcb.commands.common import check_output_dir, fail, plural, print_json, progress, user_errors
-from training.resume_choices import SELECTION_CHOICES, TRAINING_CHOICES
+from training.resume_choices import BEFORE_THE_OPTIONS
 
 RUN_FILE = "run.json"
 
@@ -45,11 +45,10 @@ def _default(name: str) -> Any:
 
 
 RESUMED_CHOICES: dict[str, Any] = {
-    **TRAINING_CHOICES,
+    **BEFORE_THE_OPTIONS,
     "n_step": _default("n_step"),
     "correction_penalty": _default("correction_penalty"),
     "lr_milestones": _default("lr_milestones"),
-    **{key: choice.before_the_option for key, choice in SELECTION_CHOICES.items()},
 }
 """The options a resumed run keeps from its run.json when they are not given, with the value a run recorded
 before the option existed had (the behaviour of that time)."""
@@ -281,7 +280,8 @@ def train_command(
     with user_errors():
         try:
             check_output_dir(out)
-            finished = skip_done and not resume and _finished(out)  # --resume: the run's own choices, as usual
+            # --resume: the run's own choices, as usual
+            finished = _finished_run(out) if skip_done and not resume else None
             resumed = None if finished else _check_resumable(out, setting, algo, resume)
             for market in data:  # a missing or malformed market is reported before the bar is drawn
                 Market.open(market)
@@ -320,15 +320,15 @@ def train_command(
                 **{k: v for k, v in overrides.items() if v is not None},
             )
             if finished:  # nothing to train, if it is this run
-                differences = finished_run_differences(out, data, setting, config)
-                if differences is None or differences:  # None: the run changed since it was read
-                    grown = differences is not None and all(d.startswith("epochs ") for d in differences)
+                differences = finished_run_differences(finished, data, setting, config)
+                if differences:
+                    grown = all(d.startswith("epochs ") for d in differences)
                     raise ValueError(
-                        f"{out} holds a finished run of another config ({'; '.join(differences or ['unreadable'])});"
+                        f"{out} holds a finished run of another config ({'; '.join(differences)});"
                         + (" resume it with --resume to train the epochs added," if grown else "")
                         + " remove it or choose another --out"
                     )
-                _print_summary(jsonlib.loads((out / RUN_FILE).read_text()), out, json, already=True)
+                _print_summary(finished, out, json, already=True)
                 return
             with progress(quiet=json) as bar:
                 task = bar.add_task(f"training {algo} on {setting.value}", total=config.epochs)
@@ -349,12 +349,13 @@ def train_command(
     _print_summary(body, out, json)
 
 
-def _finished(out: Path) -> bool:
-    """Whether ``out`` holds a run whose record says it is done (an unreadable record is not)."""
+def _finished_run(out: Path) -> dict[str, Any] | None:
+    """The run.json body of a run in ``out`` whose record says it is done; None for none (or an unreadable one)."""
     try:
-        return jsonlib.loads((out / RUN_FILE).read_text()).get("status") == "done"
-    except (OSError, ValueError, AttributeError):
-        return False
+        body = jsonlib.loads((out / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) and body.get("status") == "done" else None
 
 
 def _print_summary(body: dict[str, Any], out: Path, json: bool, already: bool = False) -> None:
