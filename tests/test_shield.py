@@ -6,6 +6,7 @@ import itertools
 from dataclasses import asdict
 
 import numpy as np
+import pandas as pd
 import pytest
 import typer
 from artifact_fixtures import SETTING, exported_runs
@@ -24,6 +25,7 @@ from training.evaluate import EvaluationError, evaluate, parse_methods
 from training.market.dataset import Market
 from training.shield_sweep import main as shield_sweep_main
 from training.shield_sweep import parse_config, sweep
+from training.significance import paired_gap
 
 
 def history_with(roi: float, slots: int = 10, budget: float | None = None, cost_per_slot: float = 10.0) -> History:
@@ -188,8 +190,20 @@ def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: py
     result = CliRunner().invoke(app, [str(exported.cbrl_run), "--method", model, "--config", "a"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     configs = [parse_config("default"), parse_config("open:roi_slack=0,roi_alarm=1,tight=0.7,tight_above=0.7")]
-    summary = sweep(exported.market, "test", SETTING, model, configs, seeds=2)
+    summary, episodes = sweep(exported.market, "test", SETTING, model, configs, seeds=2)
     assert list(summary) == ["pid", "unshielded", "default", "open"]
+    # The episodes pair by day for training.significance: one PID play, two of each stochastic row.
+    assert episodes.groupby("method")["seed"].nunique().to_dict() == {
+        "pid": 1,
+        "unshielded": 2,
+        "default": 2,
+        "open": 2,
+    }
+    assert paired_gap(episodes, "default", "pid").days == episodes["day"].nunique()
+    written = tmp_path_factory.mktemp("sweep-episodes") / "episodes.csv"
+    result = CliRunner().invoke(app, [*base, "--config", "default", "--seeds", "1", "--episodes", str(written)])
+    assert result.exit_code == 0, result.output
+    assert set(pd.read_csv(written)["method"]) == {"pid", "unshielded", "default"}
     played = evaluate(Market.open(exported.market), SETTING, "test", parse_methods(f"shield:{model}"), seeds=2)
     assert summary["default"]["ans_median"] == played.summary[f"shield:{model}"]["ans_median"]
     assert summary["default"]["csr"] == played.summary[f"shield:{model}"]["csr"]

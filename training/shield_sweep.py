@@ -10,7 +10,8 @@ the candidates side by side on such days, beside the tuned PID whose CSR the shi
 ``--method`` is ``onnx:MODEL_DIR`` (the card's controller, as the service reads it) or ``ensemble:LABEL=GLOB``
 (training runs; the PID tuned on this market's train days, as their export would write). ``--config NAME``
 is the default setting; ``NAME:FIELD=VALUE,...`` overrides fields of it. The table goes to stdout (``--json``:
-one JSON object).
+one JSON object); ``--episodes CSV`` writes every row's episodes in ``rcb evaluate``'s ``episodes.csv`` format,
+for ``python -m training.significance`` (a setting's rows are labelled by its name).
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def inner_bidder(
 
 def sweep(
     data: Path, split: str, setting: Setting, method: str, configs: list[tuple[str, ShieldConfig]], seeds: int
-) -> dict[str, dict[str, Any]]:
-    """Per config (and the unshielded method and the PID): the summary of :func:`training.evaluate.summarize`."""
+) -> tuple[dict[str, dict[str, Any]], pd.DataFrame]:
+    """Per config (and the unshielded method and the PID): the summary of :func:`training.evaluate.summarize`;
+    and every row's episodes (:func:`training.evaluate.episode_rows`)."""
     market = Market.open(data)
     check_split([method], market, split)
     days, train = split_days(market, split, setting)
@@ -99,12 +101,13 @@ def sweep(
             frames.append(episode_rows(label, seed, days, outcome.delivery, outcome.cost))
         if isinstance(bidder, ShieldedBidder):
             acted[label] = bidder.acted_share
-    summary = summarize(pd.concat(frames, ignore_index=True), [label for label, _ in players])
+    episodes = pd.concat(frames, ignore_index=True)
+    summary = summarize(episodes, [label for label, _ in players])
     for label, share in acted.items():
         summary[label]["shield_acted_share"] = share
     for name, config in configs:
         summary[name]["config"] = asdict(config)
-    return summary
+    return summary, episodes
 
 
 def main(
@@ -115,15 +118,21 @@ def main(
     setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.MC,
     seeds: Annotated[int, typer.Option(min=1, help="Seeds of a stochastic bidder.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    episodes: Annotated[
+        Path | None, typer.Option(help="Write every row's episodes here (CSV, as rcb evaluate's episodes.csv).")
+    ] = None,
 ) -> None:
     configs = [parse_config(text) for text in config]
     names = [name for name, _ in configs]
     if len(set(names)) < len(names):
         raise typer.BadParameter(f"setting names repeat: {', '.join(names)}")
     try:
-        summary = sweep(data, split, setting, method, configs, seeds)
+        summary, played = sweep(data, split, setting, method, configs, seeds)
     except (EvaluationError, MarketError) as exc:
         raise typer.BadParameter(str(exc)) from None
+    if episodes is not None:
+        episodes.parent.mkdir(parents=True, exist_ok=True)
+        played.to_csv(episodes, index=False)
     if as_json:
         typer.echo(json.dumps(summary, default=float))
         return
