@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
 from model.controller import ControllerGains
@@ -41,6 +41,7 @@ from model.history import SLOT_STATS
 from model.planner import EDGE_ALERT, MISFIT_ALERT, TunedPlanner, load_scenarios
 from model.planner import VERSION as PLANNER_VERSION
 from model.sampling import sample_posterior
+from model.shield import ShieldConfig
 
 FORMAT: Final = "rcb-model"
 FORMAT_VERSION = 2
@@ -210,6 +211,34 @@ class PlannerInfo(_Strict):
     the train days, each played without its own scenario (:func:`model.planner.calibrated_alerts`)."""
 
 
+class ShieldInfo(_Strict):
+    """The safety shield the service runs around this model (``rcb serve --shield``, ``shield:onnx:MODEL``): the
+    fields of :class:`model.shield.ShieldConfig` it sets (the defaults for the others) and how they were chosen."""
+
+    config: dict[str, float] = Field(default_factory=dict)
+    """``ShieldConfig`` fields, e.g. ``{"trust": 0.1}``; an unknown field or an invalid band is refused."""
+    chosen_by: str = "defaults"
+    """What set them: ``training.shield_calibration`` (its rule on the validation days), or a person."""
+    calibration: dict[str, Any] = Field(default_factory=dict)
+    """The figures the choice was made on (the calibration's validation rows), for the record."""
+
+    @field_validator("config")
+    @classmethod
+    def _valid_band(cls, config: dict[str, float]) -> dict[str, float]:
+        try:
+            ShieldConfig(**config)  # type: ignore[arg-type]  # warmup_slots, an int, is checked by the dataclass
+        except TypeError as exc:
+            known = ", ".join(ShieldConfig.__dataclass_fields__)
+            raise ValueError(f"shield.config: {exc}; the fields are {known}") from None
+        except ValueError as exc:
+            raise ValueError(f"shield.config: {exc}") from None
+        return config
+
+    def shield_config(self) -> ShieldConfig:
+        fields = {k: int(v) if k == "warmup_slots" else float(v) for k, v in self.config.items()}
+        return ShieldConfig(**fields)  # type: ignore[arg-type]
+
+
 class ModelCard(_Strict):
     """``model.json``. Validation checks its internal consistency; :func:`load_artifact` checks it against the code."""
 
@@ -246,6 +275,8 @@ class ModelCard(_Strict):
     producer: dict[str, str] = Field(default_factory=dict)
     planner: PlannerInfo | None = None
     """A planner model's law and parameters (``kind: planner``), else None."""
+    shield: ShieldInfo | None = None
+    """The safety shield to run around this model; absent: :class:`model.shield.ShieldConfig`'s defaults."""
 
     @property
     def is_planner(self) -> bool:
@@ -301,6 +332,11 @@ class ModelCard(_Strict):
         if sorted(self.files) != sorted(self.expected_files):
             raise ValueError(f"files must list exactly {', '.join(self.expected_files)}; got {', '.join(self.files)}")
         return self
+
+    def shield_config(self) -> ShieldConfig:
+        """The band the service and ``shield:onnx:`` run around this model: the ``shield`` section, else the
+        defaults."""
+        return self.shield.shield_config() if self.shield is not None else ShieldConfig()
 
     def policy_spec(self) -> GraphSpec:
         return policy_spec(self.obs_dim, self.latent_dim)
@@ -517,6 +553,10 @@ class Artifact:
         """The safety shield's and the fallback controller's reference: the PID gains and traffic profile of the
         model's train days where the card has them, else the defaults (what the service and ``shield:onnx:`` run)."""
         return ControllerGains.with_profile(self.card.training.traffic_profile, self.card.training.controller)
+
+    def shield_config(self) -> ShieldConfig:
+        """The band the service and ``shield:onnx:`` run around this model (:meth:`ModelCard.shield_config`)."""
+        return self.card.shield_config()
 
     @property
     def residual(self) -> bool:

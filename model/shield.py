@@ -15,6 +15,8 @@ back). The shield bounds it, slot by slot, from the campaign's cumulative stats 
 * with a budget, the ROI threat is weighed by how much of B the day has spent, up to ``roi_min_spend``: a
   campaign that paid a sliver of its budget for nothing yet (ROI 0 after a few slots of sparse traffic) has
   not lost the day, and capping it at a controller that is itself sliding to 0 would lose it;
+* ``trust`` moves every edge out by the same log-ratio, in every state: a model that beat its controller on held-out
+  days may be given it (the model card's ``shield`` section, :mod:`training.shield_calibration`); 0 by default;
 * a proposed ratio outside the band is moved to its edge, and the shield says it acted.
 
 Numpy only; the same function runs in ``rcb evaluate`` (``shield:METHOD``) and in the service.
@@ -29,6 +31,10 @@ import numpy as np
 from model.contract import RATIO_MAX
 from model.controller import RATIO_FLOOR, ControllerGains, controller_ratios
 from model.history import History
+
+TRUST_MAX = 1.0
+"""The most a band may be widened by trust (log-ratio): even a trusted policy stays within e^(wide + 1) of its
+controller while safe, and within e^(tight_above + 1) above it under threat."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,10 @@ class ShieldConfig:
     deficit on a sliver of the budget can still be earned back (0: whole however little was spent). 0.02 was chosen
     on the four suite markets' train days (RESULTS.md, "a deficit on a sliver of the budget"); without a
     budget (SC) there is no scale to weigh by and the threat is whole."""
+    trust: float = 0.0
+    """Log-ratio added to both half-widths in every state (``wide``, ``tight`` and ``tight_above`` alike): 0.1 lets
+    the policy bid about 10% further from the controller on either side. Earned per model on its validation days
+    (:mod:`training.shield_calibration`) and carried on its card; never more than :data:`TRUST_MAX`."""
 
     def __post_init__(self) -> None:
         if not 0 < self.tight <= self.wide:
@@ -83,6 +93,8 @@ class ShieldConfig:
             raise ValueError("need pace_alarm > 0 and warmup_slots >= 0")
         if not 0 <= self.roi_min_spend <= 1:
             raise ValueError("need 0 <= roi_min_spend <= 1")
+        if not 0 <= self.trust <= TRUST_MAX:
+            raise ValueError(f"need 0 <= trust <= {TRUST_MAX}")
 
 
 @dataclass(frozen=True)
@@ -132,8 +144,8 @@ def shield(
         raise ValueError(f"proposed must be ({history.n},), got {proposed.shape}")
     reference = controller_ratios(history, gains)
     threat = threat_level(history, gains, config)
-    below = config.wide * (1 - threat) + config.tight * threat
-    above = config.wide * (1 - threat) + config.tight_above * threat
+    below = config.wide * (1 - threat) + config.tight * threat + config.trust
+    above = config.wide * (1 - threat) + config.tight_above * threat + config.trust
     low = np.clip(reference * np.exp(-below), RATIO_FLOOR, RATIO_MAX)
     high = np.clip(reference * np.exp(above), RATIO_FLOOR, RATIO_MAX)
     ratio = np.clip(proposed, low, high)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measure an exported model on its market and write the figures into its card (`evaluation.measured`):
-# test and OOD days, 5 seeds (one play for a deterministic model: a planner), the model alone, behind the safety shield (model/shield.py's defaults, written
-# beside the figures) and the market's tuned PID. The ONNX files are untouched. scripts/build_default_model.sh
+# test and OOD days, 5 seeds (one play for a deterministic model: a planner), the model alone, behind the safety
+# shield (the card's band: its `shield` section, model/shield.py's defaults where it has none; written beside the
+# figures) and the market's tuned PID. The ONNX files are untouched. scripts/build_default_model.sh
 # ends with it; run it alone to re-measure a shipped model after the shield or the metrics changed:
 #
 #   bash scripts/measure_model.sh models/default data/suite/bench
@@ -31,7 +32,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from model.artifact import read_card
-from model.shield import ShieldConfig
 from training.export import record_figures
 
 model, market, work, selection = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
@@ -41,7 +41,7 @@ if selection:  # how it was chosen: training.selection's rule on the validation 
     measured["selection"] = {"rule": "training/selection.py", **json.loads(selection)}
 elif "selection" in before:
     measured["selection"] = before["selection"]
-measured["shield"] = asdict(ShieldConfig())  # the band the `shielded` figures were played with
+measured["shield"] = asdict(read_card(Path(model)).shield_config())  # the band the `shielded` figures were played with
 for split in ("test", "ood"):
     summary = json.loads((work / f"figures-{split}" / "summary.json").read_text())
     rows = {"model": f"onnx:{model}", "shielded": f"shield:onnx:{model}", "pid": "pid"}

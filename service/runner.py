@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from anyio import to_thread
@@ -67,6 +68,15 @@ class Decided:
         )
 
 
+def measured_with(measured: dict[str, Any], served: ShieldConfig) -> bool:
+    """Whether a card's ``evaluation.measured.shield`` is the band ``served`` (a field it predates reads as its
+    default; an unreadable record is not)."""
+    try:
+        return ShieldConfig(**measured) == served
+    except (TypeError, ValueError):
+        return False
+
+
 def model_version(artifact: Artifact) -> str:
     """``{algorithm}-{setting}-{sha256(model.json)[:12]}``: names the exact artifact served."""
     digest = hashlib.sha256((artifact.directory / CARD_FILE).read_bytes()).hexdigest()[:12]
@@ -81,6 +91,7 @@ class ModelRunner:
         self.onnx_threads = onnx_threads
         self.use_shield = use_shield
         self.shield_config = ShieldConfig()
+        """The band around the model's ratio: the card's ``shield`` section (defaults where the card has none)."""
         self.gains = ControllerGains()
         """The controller behind the shield and the fallback: the card's gains and traffic profile (defaults where
         the card has none; :meth:`model.artifact.Artifact.controller_gains`)."""
@@ -108,10 +119,10 @@ class ModelRunner:
                     self.load_error = str(exc)
             raise
         policy, version = Policy(artifact), model_version(artifact)
-        gains = artifact.controller_gains()
+        gains, shield_config = artifact.controller_gains(), artifact.shield_config()
         with self._lock:
             self.policy, self.version, self.model_dir, self.load_error = policy, version, directory, None
-            self.gains = gains
+            self.gains, self.shield_config = gains, shield_config
         # Everything built so far (the app, the model, the libraries' objects) lives as long as the process: move it
         # out of the collector's reach. Without this, every full collection walks it, 50-90 ms each, several a
         # minute under load: the bid p99 (see BENCHMARKS.md, Service).
@@ -119,12 +130,12 @@ class ModelRunner:
         gc.freeze()
         log.info("model loaded", extra={"model_version": version, "model_dir": str(directory)})
         measured = artifact.card.evaluation.measured.get("shield")
-        if self.use_shield and measured is not None and measured != asdict(self.shield_config):
+        if self.use_shield and measured is not None and not measured_with(measured, shield_config):
             # The card's shielded figures are not what this service bids.
             log.warning(
                 "the card's shielded figures were measured with another shield setting; re-measure with "
                 "scripts/measure_model.sh",
-                extra={"card_shield": measured, "served_shield": asdict(self.shield_config)},
+                extra={"card_shield": measured, "served_shield": asdict(shield_config)},
             )
         return version
 
@@ -135,7 +146,7 @@ class ModelRunner:
         and the shield alike.
         """
         with self._lock:
-            policy, version, gains = self.policy, self.version, self.gains
+            policy, version, gains, shield_config = self.policy, self.version, self.gains, self.shield_config
         groups = slot_groups(states)
         histories = [stack_histories([states[i] for i in rows]) for rows in groups]
         clipped = np.zeros(len(states), dtype=np.int64)
@@ -150,7 +161,7 @@ class ModelRunner:
                     raise FloatingPointError("the model produced a non-finite ratio")
                 decided_by = ["model"] * len(states)
                 if self.use_shield:
-                    ratio, decided_by = self._shielded(groups, histories, ratio, gains)
+                    ratio, decided_by = self._shielded(groups, histories, ratio, gains, shield_config)
                 return Decided(ratio, mean, std, decided_by, version, clipped)
             except Exception as exc:  # any inference failure must fall back, never fail the slot
                 log.error("model inference failed, fallback controller decides", extra={"error": repr(exc)})
@@ -178,12 +189,17 @@ class ModelRunner:
         depth = None if decision.depth is None else decision.depth.take(inverse)
         return decision.ratio[inverse], mean, std, depth
 
+    @staticmethod
     def _shielded(
-        self, groups: list[list[int]], histories: list[History], ratio: np.ndarray, gains: ControllerGains
+        groups: list[list[int]],
+        histories: list[History],
+        ratio: np.ndarray,
+        gains: ControllerGains,
+        shield_config: ShieldConfig,
     ) -> tuple[np.ndarray, list[str]]:
         out, decided_by = ratio.copy(), ["model"] * len(ratio)
         for rows, history in zip(groups, histories, strict=True):
-            guarded = shield(history, ratio[rows], gains, self.shield_config)
+            guarded = shield(history, ratio[rows], gains, shield_config)
             out[rows] = guarded.ratio
             for i, acted in zip(rows, guarded.acted, strict=True):
                 if acted:

@@ -35,6 +35,7 @@ from model.artifact import (
     read_card,
 )
 from model.features import N_FEATURES
+from model.shield import ShieldConfig
 from model.trajectory import episode_steps, prefix_mask, transitions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,6 +155,18 @@ def test_the_card_validates_its_own_consistency(exported: Exported):
             ModelCard.model_validate({**raw, **change})
 
 
+def test_the_card_carries_the_shield_band_the_model_is_served_with(exported: Exported, tmp_path: Path):
+    """``shield``: the fields it sets, the code's defaults for the rest; absent, the defaults."""
+    assert load_artifact(exported.cbrl_model).shield_config() == ShieldConfig()
+    directory = tmp_path / "model"
+    shutil.copytree(exported.cbrl_model, directory)
+    rewrite_card(directory, lambda r: r.update(shield={"config": {"trust": 0.2, "warmup_slots": 2}, "chosen_by": "me"}))
+    artifact = load_artifact(directory)
+    assert artifact.shield_config() == ShieldConfig(trust=0.2, warmup_slots=2)
+    assert isinstance(artifact.shield_config().warmup_slots, int) and artifact.card.shield is not None
+    assert artifact.card.shield.chosen_by == "me"
+
+
 def test_a_residual_card_needs_its_reference_controller(exported: Exported):
     """A residual model reads the controller's ratio: a card without the controller's gains cannot be served."""
     raw = json.loads((exported.residual_model / CARD_FILE).read_text())
@@ -198,6 +211,14 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
     "action range": (
         lambda d, e: rewrite_card(d, lambda r: r.update(action={"low": 0.0, "high": 8.0})),
         "action range",
+    ),
+    "unknown shield field": (
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trsut": 0.1}})),
+        "shield.config: .*trsut.*; the fields are wide, tight",
+    ),
+    "invalid shield band": (
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trust": -0.2}})),
+        "shield.config: need 0 <= trust",
     ),
     "corrupted bytes": (
         lambda d, e: (d / POLICY_FILE).write_bytes((d / POLICY_FILE).read_bytes()[:-10]),

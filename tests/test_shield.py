@@ -139,6 +139,23 @@ def test_a_deficit_on_a_sliver_of_the_budget_is_a_threat_in_proportion():
         ShieldConfig(roi_min_spend=1.5)
 
 
+def test_trust_moves_every_edge_out_by_the_same_log_ratio():
+    """``trust``: in every state (safe or threatened) both edges move out by ``exp(trust)``; bounded to [0, 1]."""
+    gains = ControllerGains()
+    for roi in (1.5, 1.05, 0.6):  # safe, part threat, full threat
+        history = history_with(roi=roi)
+        plain, trusted = (
+            shield(history, np.array([1.0]), gains),
+            shield(history, np.array([1.0]), gains, ShieldConfig(trust=0.2)),
+        )
+        assert trusted.threat[0] == plain.threat[0]
+        assert trusted.high[0] == pytest.approx(min(plain.high[0] * np.exp(0.2), 4.0))
+        assert trusted.low[0] == pytest.approx(plain.low[0] * np.exp(-0.2))
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="trust"):
+            ShieldConfig(trust=bad)
+
+
 def test_the_shield_keeps_every_slot_in_range():
     rng = np.random.default_rng(0)
     for slots in (0, 1, 5, SLOTS_PER_DAY - 1):

@@ -27,6 +27,7 @@ import pandas as pd
 from model.artifact import ArtifactError, read_card
 from model.contract import Setting
 from model.controller import ControllerGains
+from model.shield import ShieldConfig
 from training.bidders import cem, pid, planner, rm
 from training.bidders.base import Bidder, play
 from training.bidders.onnx import OnnxBidder
@@ -335,8 +336,8 @@ def evaluate(
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:
         """:func:`shield_gains` of ``inner``, the market's PID read once per evaluation."""
-        if isinstance(inner, OnnxBidder):
-            return ShieldedBidder(inner, shield_gains(inner, market, setting, train, progress))
+        if isinstance(inner, OnnxBidder):  # the card's controller and band, as the service runs them
+            return ShieldedBidder(inner, shield_gains(inner, market, setting, train, progress), shield_config(inner))
         if not market_gains:
             market_gains.append(shield_gains(inner, market, setting, train, progress))
         return ShieldedBidder(inner, market_gains[0])
@@ -521,6 +522,12 @@ def shield_gains(
         return inner.artifact.controller_gains()
     params = tuned_baseline(market, "pid", setting, train, progress)[0].params()
     return ControllerGains.with_profile(params["traffic_profile"], params)
+
+
+def shield_config(inner: Bidder) -> ShieldConfig:
+    """The band around ``inner``, as the service would run it: an exported model's card (its ``shield`` section),
+    else the defaults."""
+    return inner.artifact.shield_config() if isinstance(inner, OnnxBidder) else ShieldConfig()
 
 
 def method_bidder(

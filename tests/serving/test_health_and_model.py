@@ -127,6 +127,29 @@ def runaway_model(client) -> Iterator[None]:
         runner.policy.decide = original
 
 
+def test_the_card_sets_the_band_the_shield_serves(models, tmp_path):
+    """A card's ``shield`` section (a trust, here) is the band served: /readyz shows it and a runaway model is
+    capped ``exp(trust)`` higher than behind the defaults."""
+    trusted = tmp_path / "trusted"
+    shutil.copytree(models.cbrl_model, trusted)
+    card = json.loads((trusted / "model.json").read_text())
+    card["shield"] = {"config": {"trust": 0.3}, "chosen_by": "a test"}
+    (trusted / "model.json").write_text(json.dumps(card))
+    capped = {}
+    for name, directory in (("plain", models.cbrl_model), ("trusted", trusted)):
+        with serving(directory, shield=True) as c:
+            assert c.get("/readyz").json()["shield_config"]["trust"] == (0.3 if name == "trusted" else 0.0)
+            register(c)
+            with runaway_model(c):
+                answers = [
+                    c.post("/v1/slot-update", json=update(slot=s, delivery=1.0, cost=4.0)).json() for s in range(4)
+                ]
+            assert all(a["decided_by"] == "shield" for a in answers)
+            capped[name] = [a["bid_ratio"] for a in answers]
+    assert capped["trusted"] == pytest.approx([min(4.0, r * 2.718281828459045**0.3) for r in capped["plain"]])
+    assert capped["trusted"] != pytest.approx(capped["plain"])
+
+
 def test_the_shield_caps_a_runaway_model_and_counts_it(models):
     with serving(models.cbrl_model, shield=True) as c:
         assert c.get("/readyz").json()["shield"] is True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 
 import numpy as np
@@ -28,6 +29,7 @@ SEED = 4
         ("memory", False, "cbrl"),
         ("memory", True, "cbrl"),
         ("memory", True, "residual"),
+        ("memory", True, "trusted"),
         ("memory", False, "plan"),
         ("memory", True, "plan"),
         pytest.param("redis", False, "cbrl", marks=pytest.mark.redis),
@@ -36,9 +38,16 @@ SEED = 4
 def test_replaying_through_the_service_gives_the_offline_episodes(models, store, shielded, model, request, tmp_path):
     """The service (shield off: the model's ratios; on: the shield's) plays the days rcb evaluate plays with
     ``onnx:MODEL`` or ``shield:onnx:MODEL``: the same episodes, slot by slot (a residual model too: its policy
-    corrects the card's controller; the planner too: its law on the card's scenarios)."""
+    corrects the card's controller; the planner too: its law on the card's scenarios; a card with its own shield
+    band too: both run the card's)."""
     url = "memory" if store == "memory" else request.getfixturevalue("redis_server").url
     model_dir = {"residual": models.residual_model, "plan": models.plan_model}.get(model, models.cbrl_model)
+    if model == "trusted":
+        model_dir = tmp_path / "trusted"
+        shutil.copytree(models.cbrl_model, model_dir)
+        card = json.loads((model_dir / "model.json").read_text())
+        card["shield"] = {"config": {"trust": 0.15, "tight_above": 0.0}, "chosen_by": "a test"}
+        (model_dir / "model.json").write_text(json.dumps(card))
     days = DaySet.load(Market.open(models.market), "test", SETTING)
     method = f"{'shield:' if shielded else ''}onnx:{model_dir}"
     offline = evaluate(Market.open(models.market), SETTING, "test", [method], seeds=SEED + 1)
