@@ -32,7 +32,16 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from model.contract import RATIO_MAX, RATIO_MIN, SLOTS_PER_DAY, Setting
 from model.controller import ControllerGains
@@ -215,8 +224,9 @@ class ShieldInfo(_Strict):
     """The safety shield the service runs around this model (``rcb serve --shield``, ``shield:onnx:MODEL``): the
     fields of :class:`model.shield.ShieldConfig` it sets (the defaults for the others) and how they were chosen."""
 
-    config: dict[str, float] = Field(default_factory=dict)
-    """``ShieldConfig`` fields, e.g. ``{"trust": 0.1}``; an unknown field or an invalid band is refused."""
+    config: dict[str, StrictFloat | StrictInt] = Field(default_factory=dict)
+    """``ShieldConfig`` fields, e.g. ``{"trust": 0.1}``; an unknown field, a value that is not a finite number or an
+    invalid band is refused."""
     chosen_by: str = "defaults"
     """What set them: ``training.shield_calibration`` (its rule on the validation days), or a person."""
     calibration: dict[str, Any] = Field(default_factory=dict)
@@ -225,18 +235,28 @@ class ShieldInfo(_Strict):
     @field_validator("config")
     @classmethod
     def _valid_band(cls, config: dict[str, float]) -> dict[str, float]:
+        known = ShieldConfig.__dataclass_fields__
+        for name, value in config.items():
+            if name not in known:
+                raise ValueError(f"shield.config: unknown field {name!r}; the fields are {', '.join(known)}")
+            if isinstance(value, bool) or not np.isfinite(value):
+                raise ValueError(f"shield.config: {name} must be a finite number, not {value!r}")
+            if name == "warmup_slots" and value != int(value):
+                raise ValueError(f"shield.config: warmup_slots counts slots, not {value!r}")
         try:
-            ShieldConfig(**config)  # type: ignore[arg-type]  # warmup_slots, an int, is checked by the dataclass
-        except TypeError as exc:
-            known = ", ".join(ShieldConfig.__dataclass_fields__)
-            raise ValueError(f"shield.config: {exc}; the fields are {known}") from None
+            as_config(config)
         except ValueError as exc:
             raise ValueError(f"shield.config: {exc}") from None
         return config
 
     def shield_config(self) -> ShieldConfig:
-        fields = {k: int(v) if k == "warmup_slots" else float(v) for k, v in self.config.items()}
-        return ShieldConfig(**fields)  # type: ignore[arg-type]
+        """The band: :attr:`config` over :class:`model.shield.ShieldConfig`'s defaults."""
+        return as_config(self.config)
+
+
+def as_config(fields: dict[str, float]) -> ShieldConfig:
+    """``ShieldConfig`` with ``fields`` set (``warmup_slots`` as the whole number it was checked to be)."""
+    return ShieldConfig(**{k: int(v) if k == "warmup_slots" else float(v) for k, v in fields.items()})  # type: ignore[arg-type]
 
 
 class ModelCard(_Strict):

@@ -28,7 +28,6 @@ for split in test ood; do
 done
 .venv/bin/python - "$MODEL" "$MARKET" "$WORK" "${SELECTION:-}" <<'PY'
 import json, sys
-from dataclasses import asdict
 from pathlib import Path
 
 from model.artifact import read_card
@@ -41,7 +40,13 @@ if selection:  # how it was chosen: training.selection's rule on the validation 
     measured["selection"] = {"rule": "training/selection.py", **json.loads(selection)}
 elif "selection" in before:
     measured["selection"] = before["selection"]
-measured["shield"] = asdict(read_card(Path(model)).shield_config())  # the band the `shielded` figures were played with
+bands = [  # the band each split's `shielded` row was played with (rcb evaluate's meta.json: the card's)
+    json.loads((work / f"figures-{split}" / "meta.json").read_text())["tuned"][f"shield:onnx:{model}"]["shield"]
+    for split in ("test", "ood")
+]
+if bands[0] != bands[1]:
+    sys.exit("measure_model.sh: the test and OOD figures were played behind different shield bands")
+measured["shield"] = bands[0]
 for split in ("test", "ood"):
     summary = json.loads((work / f"figures-{split}" / "summary.json").read_text())
     rows = {"model": f"onnx:{model}", "shielded": f"shield:onnx:{model}", "pid": "pid"}

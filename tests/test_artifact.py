@@ -214,7 +214,15 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
     ),
     "unknown shield field": (
         lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trsut": 0.1}})),
-        "shield.config: .*trsut.*; the fields are wide, tight",
+        "shield.config: unknown field 'trsut'; the fields are wide, tight",
+    ),
+    "shield slots not whole": (
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"warmup_slots": 2.5}})),
+        "warmup_slots counts slots, not 2.5",
+    ),
+    "shield value not a number": (
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trust": "0.1"}})),
+        "shield.config.trust",
     ),
     "invalid shield band": (
         lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trust": -0.2}})),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -77,12 +78,18 @@ def test_no_trust_without_a_sure_margin_over_the_pid():
     calibration = choose_trust(sweep_of(0.68, mixed, LADDER_ROWS))
     assert calibration.margin.ans > 0 and calibration.margin.ans_low <= 0
     assert not calibration.earned and calibration.trust == 0.0
-    # Ahead on every day it keeps, but it loses one the PID keeps: not earned either.
-    frames = sweep_of(0.7, [0.8] * DAYS, LADDER_ROWS)
+    # Surely ahead in ANS, but it loses a day the PID keeps: not earned either.
+    frames = sweep_of(0.5, [0.9] * DAYS, LADDER_ROWS)
     alone = frames["method"] == "unshielded"
     frames.loc[alone & (frames["day"] == 0), ["feasible", "score"]] = [False, 0.0]
+    frames.loc[alone & (frames["day"] == 0), "cost"] *= 3  # ROI 0.5: infeasible, as the score says
     calibration = choose_trust(frames)
+    assert calibration.margin.ans_low > 0 and calibration.rows["unshielded"]["csr"] < calibration.rows["pid"]["csr"]
     assert not calibration.earned and calibration.trust == 0.0
+    # Earned, but every trust loses a day the PID keeps, 0 too: the band stays as it is.
+    losing = {trust: (0.85, 1) for trust in TRUST_LADDER}
+    calibration = choose_trust(sweep_of(0.7, [0.8] * DAYS, losing))
+    assert calibration.earned and calibration.trust == 0.0
     with pytest.raises(ValueError, match="starts at 0"):
         choose_trust(frames, ladder=(0.1, 0.2))
 
@@ -90,8 +97,6 @@ def test_no_trust_without_a_sure_margin_over_the_pid():
 def test_the_command_plays_the_validation_days_and_writes_the_card(tmp_path_factory: pytest.TempPathFactory):
     """``python -m training.shield_calibration MODEL MARKET --write``: the card's ``shield`` then holds the trust
     chosen with its figures, and ``shield:onnx:MODEL`` plays the band it names."""
-    import shutil
-
     exported = exported_runs(tmp_path_factory)
     model = tmp_path_factory.mktemp("calibrated") / "model"
     shutil.copytree(exported.cbrl_model, model)
@@ -108,6 +113,15 @@ def test_the_command_plays_the_validation_days_and_writes_the_card(tmp_path_fact
     assert card.shield is not None and card.shield.chosen_by == "training.shield_calibration"
     assert card.shield.calibration["trust"] == shown["trust"]  # the same plays, the same choice
     assert load_artifact(model).shield_config() == ShieldConfig(trust=shown["trust"])
+    # A person's other fields stay theirs: a rewrite keeps them and says who chose what.
+    raw = json.loads((model / "model.json").read_text())
+    raw["shield"] = {"config": {"tight_above": 0.0}, "chosen_by": "ops"}
+    (model / "model.json").write_text(json.dumps(raw))
+    result = CliRunner().invoke(app, [str(model), str(exported.market), "--seeds", "1", "--write"])
+    assert result.exit_code == 0, result.output
+    card = read_card(model)
+    assert card.shield is not None and card.shield.chosen_by == "ops; trust: training.shield_calibration"
+    assert card.shield_config().tight_above == 0.0
     # A card's band is what shield:onnx: plays: a wide trust written by hand moves fewer slots than none.
     raw = json.loads((model / "model.json").read_text())
     raw["shield"]["config"] = {"trust": 1.0}
@@ -116,8 +130,8 @@ def test_the_command_plays_the_validation_days_and_writes_the_card(tmp_path_fact
     acted = {}
     for name, directory in (("plain", exported.cbrl_model), ("trusted", model)):
         method = f"shield:onnx:{directory}"
-        result_ = evaluate(market, SETTING, "test", parse_methods(method), seeds=1)
-        acted[name] = np.mean(result_.meta["tuned"][method]["shield_acted_share"])
+        evaluation = evaluate(market, SETTING, "test", parse_methods(method), seeds=1)
+        acted[name] = np.mean(evaluation.meta["tuned"][method]["shield_acted_share"])
     assert acted["trusted"] < acted["plain"]
     # Not a model: a clear error, exit 2.
     result = CliRunner().invoke(app, [str(exported.market), str(exported.market)])

@@ -16,7 +16,7 @@ import glob
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -335,12 +335,13 @@ def evaluate(
     market_gains: list[ControllerGains] = []
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:
-        """:func:`shield_gains` of ``inner``, the market's PID read once per evaluation."""
-        if isinstance(inner, OnnxBidder):  # the card's controller and band, as the service runs them
+        """``inner`` behind :func:`shield_config`'s band around :func:`shield_gains`' controller (the market's PID
+        read once per evaluation; an exported model's own from its card, as the service runs them)."""
+        if isinstance(inner, OnnxBidder):
             return ShieldedBidder(inner, shield_gains(inner, market, setting, train, progress), shield_config(inner))
         if not market_gains:
             market_gains.append(shield_gains(inner, market, setting, train, progress))
-        return ShieldedBidder(inner, market_gains[0])
+        return ShieldedBidder(inner, market_gains[0], shield_config(inner))
 
     frames: list[pd.DataFrame] = []
     tuned: dict[str, dict[str, Any]] = {}
@@ -376,6 +377,7 @@ def evaluate(
             frames.append(episode_rows(row_label, seed, days, outcome.delivery, outcome.cost))
             if isinstance(bidder, ShieldedBidder):
                 tuned[row_label]["shield_acted_share"] = round(bidder.acted_share, 4)
+                tuned[row_label]["shield"] = asdict(bidder.config)  # the band played (a card's may be its own)
             if progress:
                 progress("episodes")
     episodes = pd.concat(frames, ignore_index=True)

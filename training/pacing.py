@@ -34,6 +34,7 @@ from training.evaluate import (
     check_split,
     method_bidder,
     own_days_left_out,
+    shield_config,
     shield_gains,
     split_days,
     unshielded,
@@ -46,12 +47,12 @@ def make_bidder(
 ) -> Bidder:
     """The bidder ``rcb evaluate`` plays for ``method`` on ``days`` of ``split``
     (:func:`training.evaluate.method_bidder`; the planner leave-one-out on train and validation days; behind the
-    shield with the controller ``rcb evaluate`` gives it for ``shield:METHOD``)."""
+    shield with the controller and band ``rcb evaluate`` gives it for ``shield:METHOD``)."""
     inner_method, shielded = unshielded(method)
     bidder = method_bidder(inner_method, market, setting, train)[0]
     bidder, _ = own_days_left_out(bidder, inner_method, split, days, train)
     if shielded:
-        bidder = ShieldedBidder(bidder, shield_gains(bidder, market, setting, train))
+        bidder = ShieldedBidder(bidder, shield_gains(bidder, market, setting, train), shield_config(bidder))
     return bidder
 
 

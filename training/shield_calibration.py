@@ -14,7 +14,8 @@ pre-registered in 0bc1662:
    whose CSR is at least the PID's (0 always counts), the one with the highest median ANS, the smallest of those
    within :data:`TIE` of it.
 
-``--write`` records the choice in the model card's ``shield`` section, which the service and
+The band's other fields are the card's (the code's defaults for a card without a ``shield`` section, as
+pre-registered). ``--write`` records the choice in the model card's ``shield`` section, which the service and
 ``shield:onnx:MODEL_DIR`` run (re-measure with ``scripts/measure_model.sh`` after)::
 
     python -m training.shield_calibration models/default data/suite/bench --write
@@ -44,6 +45,10 @@ its controller's ratio while safe."""
 TIE = 0.001
 """Median validation ANS this close to the best counts as a tie; the smallest trust of a tie wins."""
 SPLIT = "validation"
+"""The days the rule reads: held-out train days of the model's market, which no reported figure is read from."""
+CSR_TOLERANCE = 1e-9
+"""CSRs are means of per-seed shares: equal shares may differ in the last bit, and equal is eligible."""
+CHOSEN_BY = "training.shield_calibration"
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class Calibration:
 
 
 def row_name(trust: float) -> str:
+    """The sweep row of a trust: ``trust=0.1``."""
     return f"trust={trust:g}"
 
 
@@ -87,10 +93,10 @@ def choose_trust(episodes: pd.DataFrame, ladder: tuple[float, ...] = TRUST_LADDE
     rows = {name: {"ans": float(summary[name]["ans_median"]), "csr": float(summary[name]["csr"])} for name in names}
     margin = paired_gap(episodes, UNSHIELDED, REFERENCE)
     pid_csr = rows[REFERENCE]["csr"]
-    earned = margin.ans_low > 0 and rows[UNSHIELDED]["csr"] >= pid_csr
+    earned = margin.ans_low > 0 and rows[UNSHIELDED]["csr"] >= pid_csr - CSR_TOLERANCE
     if not earned:
         return Calibration(0.0, False, margin, rows)
-    eligible = [t for t in ladder if t == 0 or rows[row_name(t)]["csr"] >= pid_csr]
+    eligible = [t for t in ladder if t == 0 or rows[row_name(t)]["csr"] >= pid_csr - CSR_TOLERANCE]
     best = max(rows[row_name(t)]["ans"] for t in eligible)
     trust = min(t for t in eligible if rows[row_name(t)]["ans"] >= best - TIE)
     return Calibration(trust, True, margin, rows)
@@ -111,8 +117,11 @@ def write_trust(model_dir: Path, calibration: Calibration) -> ModelCard:
     card = read_card(model_dir)
     base = asdict(replace(card.shield_config(), trust=calibration.trust))
     defaults = asdict(ShieldConfig())
-    changed = {k: float(v) for k, v in base.items() if v != defaults[k]}  # what differs from the code's defaults
-    info = ShieldInfo(config=changed, chosen_by="training.shield_calibration", calibration=calibration.record())
+    changed = {k: v for k, v in base.items() if v != defaults[k]}  # what differs from the code's defaults
+    others = {k: v for k, v in changed.items() if k != "trust"}
+    before = card.shield.chosen_by if card.shield is not None else "defaults"
+    chosen_by = CHOSEN_BY if not others else f"{before}; trust: {CHOSEN_BY}"  # a person's other fields stay theirs
+    info = ShieldInfo(config=changed, chosen_by=chosen_by, calibration=calibration.record())
     updated = card.model_copy(update={"shield": info})
     ModelCard.model_validate_json(updated.to_json())  # what is written must read back
     atomic_write_text(Path(model_dir) / CARD_FILE, updated.to_json())

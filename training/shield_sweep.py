@@ -9,7 +9,8 @@ the candidates side by side on such days, beside the tuned PID whose CSR the shi
 
 ``--method`` is ``onnx:MODEL_DIR`` (the card's controller, as the service reads it) or ``ensemble:LABEL=GLOB``
 (training runs; the PID tuned on this market's train days, as their export would write). ``--config NAME``
-is the default setting; ``NAME:FIELD=VALUE,...`` overrides fields of it. The table goes to stdout (``--json``:
+is the code's default setting (not a card's own band, its ``shield`` section, which ``shield:onnx:`` plays);
+``NAME:FIELD=VALUE,...`` overrides fields of it. The table goes to stdout (``--json``:
 one JSON object); ``--episodes CSV`` writes every row's episodes in ``rcb evaluate``'s ``episodes.csv`` format,
 for ``python -m training.significance`` (a setting's rows are labelled by its name).
 """

@@ -36,7 +36,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
         "model_error": runner.load_error,
         "noise_seed": settings.noise_seed,
         "shield": settings.shield,
-        "shield_config": asdict(runner.shield_config) if settings.shield else None,
+        "shield_config": asdict(runner.shield_config) if settings.shield and artifact is not None else None,
     }
     if not (store_up and artifact is not None):
         raise ApiError(503, "not_ready", detail)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 
+from model.contract import RATIO_MAX
 from service.metrics import OTHER_CAMPAIGNS, Metrics
 
 from .app_fixtures import register, serving, update
@@ -52,6 +54,7 @@ def test_without_a_model_the_fallback_controller_bids_and_says_so(models, tmp_pa
         ready = c.get("/readyz")
         assert ready.status_code == 503 and ready.json()["detail"]["model_loaded"] is False
         assert "no such model directory" in ready.json()["detail"]["model_error"]
+        assert ready.json()["detail"]["shield_config"] is None  # no model, no band: the fallback bids
         first = register(c).json()
         assert first["decided_by"] == "fallback" and first["model_version"] == "fallback-controller"
         assert first["bid_ratio"] == pytest.approx(0.9625)
@@ -146,7 +149,7 @@ def test_the_card_sets_the_band_the_shield_serves(models, tmp_path):
                 ]
             assert all(a["decided_by"] == "shield" for a in answers)
             capped[name] = [a["bid_ratio"] for a in answers]
-    assert capped["trusted"] == pytest.approx([min(4.0, r * 2.718281828459045**0.3) for r in capped["plain"]])
+    assert capped["trusted"] == pytest.approx([min(RATIO_MAX, r * math.exp(0.3)) for r in capped["plain"]])
     assert capped["trusted"] != pytest.approx(capped["plain"])
 
 

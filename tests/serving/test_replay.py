@@ -66,6 +66,12 @@ def test_replaying_through_the_service_gives_the_offline_episodes(models, store,
     np.testing.assert_allclose(episodes["delivery"], offline_rows["delivery"], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(episodes["cost"], offline_rows["cost"], rtol=1e-9, atol=1e-9)
     assert (episodes["fallback_slots"] == 0).all() and (episodes["shield_slots"] > 0).any() == shielded
+    if model == "trusted":  # the card's band, not the defaults': the plain model's shielded days differ
+        plain = evaluate(
+            Market.open(models.market), SETTING, "test", [f"shield:onnx:{models.cbrl_model}"], seeds=SEED + 1
+        )
+        plain_rows = plain.episodes[plain.episodes["seed"] == played_seed].reset_index(drop=True)
+        assert not np.allclose(episodes["cost"], plain_rows["cost"])
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"service"} and summary["service"]["n_episodes"] == len(days)
     assert (out / "boxplots.png").exists()
