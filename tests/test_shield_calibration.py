@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
-from artifact_fixtures import SETTING, exported_runs
+from artifact_fixtures import SETTING, exported_runs, rewrite_card
 from typer.testing import CliRunner
 
 from model.artifact import load_artifact, read_card
@@ -114,18 +114,14 @@ def test_the_command_plays_the_validation_days_and_writes_the_card(tmp_path_fact
     assert card.shield.calibration["trust"] == shown["trust"]  # the same plays, the same choice
     assert load_artifact(model).shield_config() == ShieldConfig(trust=shown["trust"])
     # A person's other fields stay theirs: a rewrite keeps them and says who chose what.
-    raw = json.loads((model / "model.json").read_text())
-    raw["shield"] = {"config": {"tight_above": 0.0}, "chosen_by": "ops"}
-    (model / "model.json").write_text(json.dumps(raw))
+    rewrite_card(model, lambda card: card.update(shield={"config": {"tight_above": 0.0}, "chosen_by": "ops"}))
     result = CliRunner().invoke(app, [str(model), str(exported.market), "--seeds", "1", "--write"])
     assert result.exit_code == 0, result.output
     card = read_card(model)
     assert card.shield is not None and card.shield.chosen_by == "ops; trust: training.shield_calibration"
     assert card.shield_config().tight_above == 0.0
     # A card's band is what shield:onnx: plays: a wide trust written by hand moves fewer slots than none.
-    raw = json.loads((model / "model.json").read_text())
-    raw["shield"]["config"] = {"trust": 1.0}
-    (model / "model.json").write_text(json.dumps(raw))
+    rewrite_card(model, lambda card: card["shield"].update(config={"trust": 1.0}))
     market = Market.open(exported.market)
     acted = {}
     for name, directory in (("plain", exported.cbrl_model), ("trusted", model)):

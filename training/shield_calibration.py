@@ -160,7 +160,7 @@ def main(
     typer.echo("|:---|---:|---:|")
     for name, row in calibration.rows.items():
         typer.echo(f"| {name} | {row['ans']:.3f} | {row['csr']:.3f} |")
-    typer.echo(f"trust {calibration.trust:g}" + (f", written to {model / 'model.json'}" if write else " (not written)"))
+    typer.echo(f"trust {calibration.trust:g}" + (f", written to {model / CARD_FILE}" if write else " (not written)"))
 
 
 if __name__ == "__main__":

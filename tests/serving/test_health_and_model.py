@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from artifact_fixtures import rewrite_card
 
 from model.contract import RATIO_MAX
 from service.metrics import OTHER_CAMPAIGNS, Metrics
@@ -135,9 +136,7 @@ def test_the_card_sets_the_band_the_shield_serves(models, tmp_path):
     capped ``exp(trust)`` higher than behind the defaults."""
     trusted = tmp_path / "trusted"
     shutil.copytree(models.cbrl_model, trusted)
-    card = json.loads((trusted / "model.json").read_text())
-    card["shield"] = {"config": {"trust": 0.3}, "chosen_by": "a test"}
-    (trusted / "model.json").write_text(json.dumps(card))
+    rewrite_card(trusted, lambda card: card.update(shield={"config": {"trust": 0.3}, "chosen_by": "a test"}))
     capped = {}
     for name, directory in (("plain", models.cbrl_model), ("trusted", trusted)):
         with serving(directory, shield=True) as c:

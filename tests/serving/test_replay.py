@@ -9,7 +9,7 @@ import uuid
 import numpy as np
 import pandas as pd
 import pytest
-from artifact_fixtures import SETTING
+from artifact_fixtures import SETTING, rewrite_card
 from typer.testing import CliRunner
 
 from loadtest.run_server import free_port
@@ -45,9 +45,8 @@ def test_replaying_through_the_service_gives_the_offline_episodes(models, store,
     if model == "trusted":
         model_dir = tmp_path / "trusted"
         shutil.copytree(models.cbrl_model, model_dir)
-        card = json.loads((model_dir / "model.json").read_text())
-        card["shield"] = {"config": {"trust": 0.15, "tight_above": 0.0}, "chosen_by": "a test"}
-        (model_dir / "model.json").write_text(json.dumps(card))
+        band = {"config": {"trust": 0.15, "tight_above": 0.0}, "chosen_by": "a test"}
+        rewrite_card(model_dir, lambda card: card.update(shield=band))
     days = DaySet.load(Market.open(models.market), "test", SETTING)
     method = f"{'shield:' if shielded else ''}onnx:{model_dir}"
     offline = evaluate(Market.open(models.market), SETTING, "test", [method], seeds=SEED + 1)
