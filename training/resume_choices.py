@@ -43,6 +43,7 @@ TRAINING_CHOICES: dict[str, Any] = {
     "residual": False,
     "roi_margin": 0.0,
     "regime_spread": 0.0,
+    "bootstrap_days": False,
     "relaxed_stages": True,
     "start_at_controller": False,
     "reference": "pid",

@@ -227,6 +227,15 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    bootstrap_days: Annotated[
+        bool | None,
+        typer.Option(
+            "--bootstrap-days/--no-bootstrap-days",
+            help="Each epoch, replay every train day as a Poisson(1) resample of its impressions (new luck in the"
+            " day's regime); model selection plays the logged days. Default: off.",
+            show_default=False,
+        ),
+    ] = None,
     validation_fold: Annotated[
         int | None,
         typer.Option(
@@ -301,6 +310,7 @@ def train_command(
                 "correction_penalty": correction_penalty,
                 "roi_margin": roi_margin,
                 "regime_spread": regime_spread,
+                "bootstrap_days": bootstrap_days,
                 "relaxed_stages": relaxed_stages,
                 "start_at_controller": start_at_controller,
                 "validation_fold": validation_fold,

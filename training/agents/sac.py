@@ -57,10 +57,12 @@ from training.curriculum import (
     USCBStage,
     stage_at,
 )
+from training.day_bootstrap import bootstrap_log
 from training.dayset import VALIDATION_FRACTION, DaySet, home_market_days, split_validation, validation_folds
 from training.domain_randomization import draw_regimes
 from training.market.dataset import Market, MarketError
 from training.rewards import DualAscent, constraint_gap
+from training.simulator import DayIndex
 
 CURRICULA: dict[str, tuple[Stage, ...]] = {
     "hard": SPARSE_ONLY,
@@ -193,6 +195,11 @@ class SACConfig:
     """Domain randomization (:mod:`training.domain_randomization`): each collected episode replays its day with
     prices and delivery each scaled by ``exp(U(-spread, spread))``; model selection plays the days unscaled.
     0: off."""
+    bootstrap_days: bool = False
+    """Bootstrap days (:mod:`training.day_bootstrap`): each epoch, every train day is replayed as a Poisson(1)
+    resample of its impressions (fresh each epoch, the same for its ``episodes_per_day`` episodes), so the policy
+    meets new luck in the day's regime instead of the logged day's again; model selection plays the logged days.
+    False: off."""
     relaxed_stages: bool = True
     """crl and cbrl: open with the paper's relaxed curriculum stages (cold start ``b`` = 0.1, warm-up 0.2);
     False: the original problem from the first epoch (a residual policy already starts at its controller)."""
@@ -697,14 +704,23 @@ def play_days(
     repeats: int,
     seed: int,
     regime_spread: float = 0.0,
+    bootstrap: bool = False,
 ) -> tuple[Outcome, np.ndarray]:
     """Play ``days[chosen]``, each ``repeats`` times; the outcome and the per-episode D*. ``regime_spread`` > 0:
-    each episode in a randomized regime (:mod:`training.domain_randomization`; its D* scaled by the delivery's)."""
+    each episode in a randomized regime (:mod:`training.domain_randomization`; its D* scaled by the delivery's).
+    ``bootstrap``: each chosen day replayed as one Poisson(1) resample of it drawn from ``seed``
+    (:mod:`training.day_bootstrap`; its D* the logged day's)."""
     episodes = episode_days(chosen, repeats)
     bidder = for_days(bidder, days, episodes)
     registration = days.registration().take(episodes)
     regime = draw_regimes(np.random.default_rng([seed, 0x5EED]), episodes.size, regime_spread)
-    outcome = play(bidder, days.indexes(), episodes, registration, seed, regime)
+    indexes = days.indexes()
+    if bootstrap:
+        draws = np.random.default_rng([seed, 0xB007])
+        indexes = list(indexes)
+        for day in np.unique(chosen).tolist():
+            indexes[day] = DayIndex(bootstrap_log(days.logs[day], draws))
+    outcome = play(bidder, indexes, episodes, registration, seed, regime)
     oracle = days.oracle_delivery[episodes]
     return outcome, oracle if regime is None else oracle * regime[1]
 
@@ -771,7 +787,13 @@ def train(
             stage = replace(stage, multiplier=dual.multiplier)
         explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=agent.controller)
         collected, oracle = play_days(
-            explorer, days, train_days, config.episodes_per_day, config.seed * 100_003 + epoch, config.regime_spread
+            explorer,
+            days,
+            train_days,
+            config.episodes_per_day,
+            config.seed * 100_003 + epoch,
+            config.regime_spread,
+            config.bootstrap_days,
         )
         # the references the explorer read (a planner's leave-one-out plans, kept: not planned again)
         played = days_reference(agent.controller, days, episode_days(train_days, config.episodes_per_day))
