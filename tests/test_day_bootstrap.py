@@ -1,0 +1,95 @@
+"""training/day_bootstrap.py: Poisson(1) resamples of a logged day for training's collection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from model.contract import Setting
+from rcb.cli import app
+from training.agents.sac import play_days
+from training.bidders.rm import ConstantRatio
+from training.day_bootstrap import bootstrap_log
+from training.dayset import DaySet
+from training.market.dataset import Market
+from training.market.schema import DayLog
+
+
+def small_day(counts: list[int], seed: int = 0) -> DayLog:
+    """A day whose slot ``t`` holds ``counts[t]`` rows with distinct utilities (so rows can be traced)."""
+    rng = np.random.default_rng(seed)
+    n = sum(counts)
+    return DayLog(
+        day=7,
+        utility=np.arange(1, n + 1, dtype=np.float64),
+        market_price=rng.uniform(0.1, 2.0, n),
+        delivery=(rng.random(n) < 0.1).astype(np.float64),
+        cost=rng.uniform(0.1, 2.0, n),
+        slot_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+    )
+
+
+def test_a_resample_copies_rows_within_their_slots_and_in_arrival_order():
+    log = small_day([5, 0, 8, 3, 0])  # empty slots inside and at the end
+    source_slot = dict(zip(log.utility.tolist(), log.slot.tolist(), strict=True))
+    for seed in range(20):
+        resampled = bootstrap_log(log, np.random.default_rng(seed))
+        assert resampled.day == log.day and len(resampled.slot_offsets) == len(log.slot_offsets)
+        assert np.all(np.diff(resampled.slot_offsets) >= 0) and resampled.slot_offsets[-1] == resampled.n_impressions
+        # every row is a copy of a logged row, in the logged row's slot, and rows keep their arrival order
+        rows = resampled.utility.astype(int) - 1
+        assert [source_slot[u] for u in resampled.utility.tolist()] == resampled.slot.tolist()
+        assert np.all(np.diff(rows) >= 0)
+        for column in ("market_price", "delivery", "cost"):
+            np.testing.assert_array_equal(getattr(resampled, column), getattr(log, column)[rows])
+        assert np.diff(resampled.slot_offsets)[[1, 4]].tolist() == [0, 0]
+
+
+def test_resamples_are_drawn_from_the_generator_and_centred_on_the_day():
+    log = small_day([400, 300, 300])
+    same = [bootstrap_log(log, np.random.default_rng(3)) for _ in range(2)]
+    np.testing.assert_array_equal(same[0].utility, same[1].utility)
+    rng = np.random.default_rng(0)
+    draws = [bootstrap_log(log, rng) for _ in range(400)]
+    assert len({d.n_impressions for d in draws}) > 10  # each draw is new luck
+    counts = np.array([np.diff(d.slot_offsets) for d in draws])
+    np.testing.assert_allclose(counts.mean(axis=0), [400, 300, 300], rtol=0.02)
+    # Poisson(1) copies: a slot's count varies as a fresh Poisson draw of the same size would
+    np.testing.assert_allclose(counts.var(axis=0), [400, 300, 300], rtol=0.25)
+    delivered = np.array([d.delivery.sum() for d in draws])
+    assert abs(delivered.mean() - log.delivery.sum()) < 3 * delivered.std() / np.sqrt(len(draws))
+
+
+def test_collection_replays_resampled_days_with_the_logged_days_normalizer(tiny_market: Market):
+    days = DaySet.load(tiny_market, "train", Setting.SC)
+    chosen = np.arange(len(days))
+    bidder = ConstantRatio(1.2)
+    plain, plain_oracle = play_days(bidder, days, chosen, repeats=2, seed=5)
+    resampled, oracle = play_days(bidder, days, chosen, repeats=2, seed=5, bootstrap=True)
+    again, _ = play_days(bidder, days, chosen, repeats=2, seed=5, bootstrap=True)
+    other, _ = play_days(bidder, days, chosen, repeats=2, seed=6, bootstrap=True)
+    np.testing.assert_array_equal(resampled.cost, again.cost)  # drawn from the seed
+    assert not np.allclose(resampled.cost, plain.cost) and not np.allclose(resampled.cost, other.cost)
+    # one resample a day per call: a day's episodes replay the same resample (a constant ratio plays it alike)
+    half = len(chosen)
+    np.testing.assert_array_equal(resampled.cost[:half], resampled.cost[half:])
+    np.testing.assert_array_equal(oracle, plain_oracle)  # D* stays the logged day's
+    np.testing.assert_array_equal(resampled.history.registration.roi_target, plain.history.registration.roi_target)
+    # the logged days themselves are untouched: a plain replay after the resampled one equals the first
+    np.testing.assert_array_equal(play_days(bidder, days, chosen, repeats=2, seed=5)[0].cost, plain.cost)
+
+
+def test_train_records_bootstrap_days_and_a_resumed_run_keeps_it(tiny_market: Market, tmp_path: Path):
+    out = tmp_path / "run"
+    args = ["train", "--data", str(tiny_market.root), "--setting", "sc", "--algo", "crl", "--out", str(out)]
+    fast = ["--updates-per-epoch", "2", "--json"]
+    result = CliRunner().invoke(app, [*args, "--epochs", "1", *fast, "--bootstrap-days"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "run.json").read_text())["config"]["bootstrap_days"] is True
+    result = CliRunner().invoke(app, [*args, "--epochs", "2", *fast, "--resume"])
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "run.json").read_text())
+    assert body["config"]["bootstrap_days"] is True and len(body["history"]) == 2
