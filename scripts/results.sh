@@ -121,6 +121,7 @@ EOF
   echo "are hindsight reference rows, not bidders. Plots and per-episode CSVs: \`$OUT/<setting>-<split>/\`."
   echo "Machine: $(.venv/bin/python -c 'import benchmarks.machine as m; print(m.describe_machine())' 2>/dev/null || uname -srm)."
   echo
+  [ -f docs/results-standing.md ] && cat docs/results-standing.md && echo  # the figures of record, one table
   [ -f docs/results-updates.md ] && cat docs/results-updates.md && echo   # hand-written, newest first
   [ -f docs/results-discussion.md ] && cat docs/results-discussion.md
   for setting in sc mc; do
