@@ -6,14 +6,16 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from model.contract import Setting
 from rcb.cli import app
+from training.agents import sac
 from training.agents.sac import play_days
 from training.bidders.rm import ConstantRatio
 from training.day_bootstrap import bootstrap_log
-from training.dayset import DaySet
+from training.dayset import DaySet, split_validation
 from training.market.dataset import Market
 from training.market.schema import DayLog
 
@@ -80,14 +82,31 @@ def test_collection_replays_resampled_days_with_the_logged_days_normalizer(tiny_
     np.testing.assert_array_equal(resampled.history.registration.roi_target, plain.history.registration.roi_target)
     # the logged days themselves are untouched: a plain replay after the resampled one equals the first
     np.testing.assert_array_equal(play_days(bidder, days, chosen, repeats=2, seed=5)[0].cost, plain.cost)
+    # the days out of order: each episode replays its own day's resample (by day, not by position)
+    subset = chosen[::-1]
+    picked, _ = play_days(bidder, days, subset, repeats=1, seed=5, bootstrap=True)
+    np.testing.assert_array_equal(picked.cost, resampled.cost[subset])
 
 
-def test_train_records_bootstrap_days_and_a_resumed_run_keeps_it(tiny_market: Market, tmp_path: Path):
+def test_train_records_bootstrap_days_and_a_resumed_run_keeps_it(
+    tiny_market: Market, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    resampled: list[int] = []  # the days training resampled, in order
+
+    def spy(log: DayLog, rng: np.random.Generator) -> DayLog:
+        resampled.append(log.day)
+        return bootstrap_log(log, rng)
+
+    monkeypatch.setattr(sac, "bootstrap_log", spy)
     out = tmp_path / "run"
     args = ["train", "--data", str(tiny_market.root), "--setting", "sc", "--algo", "crl", "--out", str(out)]
     fast = ["--updates-per-epoch", "2", "--json"]
     result = CliRunner().invoke(app, [*args, "--epochs", "1", *fast, "--bootstrap-days"])
     assert result.exit_code == 0, result.output
+    # one resample of each train day the epoch collected from; the validation days are played as logged
+    days = DaySet.load(tiny_market, "train", Setting.SC)
+    learn, _ = split_validation(days)
+    assert sorted(resampled) == sorted(days.logs[i].day for i in learn)
     assert json.loads((out / "run.json").read_text())["config"]["bootstrap_days"] is True
     result = CliRunner().invoke(app, [*args, "--epochs", "2", *fast, "--resume"])
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""Bootstrap days: each training episode replays a resample of its day's impressions, not the day itself.
+"""Bootstrap days: training's episodes replay a resample of their day's impressions, not the day itself.
 
 A logged day replays deterministically: the same ratios win the same impressions and the same few of them
 convert. On a sparse market (about 19 delivering impressions a slot) a day's outcome is mostly that luck, and
@@ -12,9 +12,9 @@ conversion rates, traffic shape) stays the logged day's. Unlike domain randomiza
 (:mod:`training.domain_randomization`), which rescales a day and keeps its luck, this keeps the regime and
 redraws the luck.
 
-The registration (L, B) and the reward's normalizer ``D*`` stay the logged day's: within an episode ``D*`` is a
-constant, and a resample's own oracle would cost a MILP per episode. Model selection and every evaluation play
-the logged days.
+One resample a day per epoch, shared by the day's episodes. The registration (L, B) and the reward's normalizer
+``D*`` stay the logged day's: within an episode ``D*`` is a constant, and a resample's own oracle would cost a MILP
+per episode (so a lucky resample may score above 1). Model selection and every evaluation play the logged days.
 """
 
 from __future__ import annotations
