@@ -15,6 +15,10 @@ redraws the luck.
 One resample a day per epoch, shared by the day's episodes. The registration (L, B) and the reward's normalizer
 ``D*`` stay the logged day's: within an episode ``D*`` is a constant, and a resample's own oracle would cost a MILP
 per episode (so a lucky resample may score above 1). Model selection and every evaluation play the logged days.
+
+Measured on the suite's SC ``sparse`` (RESULTS.md, session 29, pre-registered): it lifts the late epochs on validation
+and learn days but not the early ones model selection keeps, so no row gained; ``rcb train --bootstrap-days`` stays
+off by default.
 """
 
 from __future__ import annotations

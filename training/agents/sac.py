@@ -199,7 +199,7 @@ class SACConfig:
     """Bootstrap days (:mod:`training.day_bootstrap`): each epoch, every train day is replayed as a Poisson(1)
     resample of its impressions (fresh each epoch, the same for its ``episodes_per_day`` episodes), so the policy
     meets new luck in the day's regime instead of the logged day's again; model selection plays the logged days.
-    False: off."""
+    False: off (on SC ``sparse`` it gained no row: RESULTS.md, session 29)."""
     relaxed_stages: bool = True
     """crl and cbrl: open with the paper's relaxed curriculum stages (cold start ``b`` = 0.1, warm-up 0.2);
     False: the original problem from the first epoch (a residual policy already starts at its controller)."""
