@@ -33,13 +33,12 @@ def bootstrap_log(log: DayLog, rng: np.random.Generator) -> DayLog:
     kept), the slot offsets recounted."""
     copies = rng.poisson(1.0, log.n_impressions)
     rows = np.repeat(np.arange(log.n_impressions), copies)
-    slots = len(log.slot_offsets) - 1
-    per_slot = np.bincount(log.slot, weights=copies, minlength=slots).astype(np.int64)
+    copied_before = np.concatenate([[0], np.cumsum(copies)])  # a slot starts after the copies of the rows before it
     return DayLog(
         day=log.day,
         utility=log.utility[rows],
         market_price=log.market_price[rows],
         delivery=log.delivery[rows],
         cost=log.cost[rows],
-        slot_offsets=np.concatenate([[0], np.cumsum(per_slot)]).astype(log.slot_offsets.dtype),
+        slot_offsets=copied_before[log.slot_offsets].astype(log.slot_offsets.dtype),
     )
