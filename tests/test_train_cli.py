@@ -571,6 +571,46 @@ def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path,
         assert h["validation_scores"][0] == h["validation_scores"][1]
 
 
+def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(market: Path, tmp_path: Path):
+    """``--selection-epoch last``: best.pt holds the last epoch's actor and encoder (the checkpoint's), the run records
+    that epoch's validation score as its kept one, training is the same run as under ``best`` (selection plays no
+    part in it), a resume keeps the choice and grows best.pt with the epochs added, and a bad choice is refused."""
+    import torch
+
+    from training.train import load_best
+
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    by_best, by_last = tmp_path / "best", tmp_path / "last"
+    assert runner.invoke(app, [*args, "--epochs", "3", "--json", "--out", str(by_best)]).exit_code == 0
+    result = runner.invoke(app, [*args, "--epochs", "3", "--json", "--selection-epoch", "last", "--out", str(by_last)])
+    assert result.exit_code == 0, result.output
+    best_body, last_body = (json.loads((d / "run.json").read_text()) for d in (by_best, by_last))
+    assert best_body["config"]["selection_epoch"] == "best" and last_body["config"]["selection_epoch"] == "last"
+    assert [h["validation_scores"] for h in best_body["history"]] == [
+        h["validation_scores"] for h in last_body["history"]
+    ]
+    assert last_body["best_validation_score"] == last_body["history"][-1]["validation_score"]
+    saved, _ = load_best(by_last)
+    assert saved["epoch"] == 2
+    checkpoint = torch.load(by_last / "checkpoint.pt", weights_only=False)
+    for part in ("actor", "encoder"):
+        for name, tensor in checkpoint[part].items():
+            assert torch.equal(saved[part][name], tensor), (part, name)
+    # Under "best" the kept epoch is the validation argmax (the controller is candidate -1); on this market it is
+    # not the last one, so the two choices keep different models.
+    scores = [best_body["controller_validation_score"], *(h["validation_score"] for h in best_body["history"])]
+    assert load_best(by_best)[0]["epoch"] == int(np.argmax(scores)) - 1 != 2
+    resumed = runner.invoke(app, [*args, "--epochs", "4", "--json", "--resume", "--out", str(by_last)])
+    assert resumed.exit_code == 0, resumed.output
+    assert load_best(by_last)[0]["epoch"] == 3
+    other_choice = ["--epochs", "5", "--resume", "--selection-epoch", "best", "--out", str(by_last)]
+    refused = runner.invoke(app, [*args, *other_choice])
+    assert refused.exit_code == 2 and "--selection-epoch last" in refused.output
+    bad = runner.invoke(app, [*args, "--selection-epoch", "first", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "selection_epoch must be one of best, last" in bad.output
+    assert not (tmp_path / "bad").exists()
+
+
 def test_curves_of_a_run_resumed_across_a_new_history_field(tmp_path: Path):
     """A run started before ``validation_scores`` existed and resumed after it: curves.csv holds every column
     (blank where an epoch lacks it) and curves.png draws the seeds' range where there is one."""

@@ -35,6 +35,7 @@ SELECTION_CHOICES: dict[str, SelectionChoice] = {
         SelectionChoice("validation_fold", "--validation-fold", 0, "holds out validation fold {}"),
         SelectionChoice("selection_days", "--selection-days", "all", "selects on {!r} days"),
         SelectionChoice("selection_seeds", "--selection-seeds", 1, "selects on {} noise stream(s)"),
+        SelectionChoice("selection_epoch", "--selection-epoch", "best", "keeps its {!r} epoch"),
     )
 }
 """Model selection's choices, by ``SACConfig`` field."""

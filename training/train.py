@@ -4,7 +4,8 @@ Layout of ``RUN/``:
 
 * ``run.json``: what was trained (market, setting, algo, config, data fingerprint, status);
 * ``checkpoint.pt``: the latest state (networks, optimizers, replay-free: collection restarts cleanly);
-* ``best.pt``: the actor with the best validation score so far (model selection on held-out train days);
+* ``best.pt``: the actor with the best validation score so far (model selection on held-out train days), or the
+  latest epoch's under ``--selection-epoch last``;
 * ``curves.csv`` and ``curves.png``: train and validation score per epoch.
 
 A run directory is a method for ``rcb evaluate`` (its best actor, deterministic).
@@ -131,8 +132,10 @@ def run_training(
     days = DaySet.pool([days, *(DaySet.load(other, "train", setting) for other in markets[1:])])
     # start_at_controller: the untrained policy (the controller) is the first candidate of model selection
     controller_score = previous.get("controller_validation_score") if state is not None else None
-    scores = [h["validation_score"] for h in history] + ([controller_score] if controller_score is not None else [])
-    best = max(scores, default=float("-inf"))
+    scores = ([controller_score] if controller_score is not None else []) + [h["validation_score"] for h in history]
+    last = config.selection_epoch == "last"
+    # the validation score of the model best.pt holds (the best so far, or the latest under "last")
+    kept = (scores[-1] if scores else float("-inf")) if last else max(scores, default=float("-inf"))
     body: dict[str, Any] = {
         "format": "rcb-run/1",
         "market": str(paths[0]),
@@ -148,9 +151,11 @@ def run_training(
         body["controller_validation_score"] = controller_score
 
     def keep_best(score: float, agent: SACAgent, epoch: int) -> None:
-        nonlocal best
-        if score > best:
-            best = score
+        """best.pt: this epoch's actor and encoder if it beats the kept one's validation score (every epoch under
+        :attr:`SACConfig.selection_epoch` ``"last"``)."""
+        nonlocal kept
+        if last or score > kept:
+            kept = score
             best_actor = {
                 "actor": agent.actor.state_dict(),
                 "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
@@ -178,7 +183,7 @@ def run_training(
         train(config, days, on_epoch=checkpoint, start_epoch=start_epoch, state=state, on_start=controller_start)
     body["status"] = "done"
     body["train_seconds"] = sum(h.get("seconds", 0.0) for h in history)
-    body["best_validation_score"] = best
+    body["best_validation_score"] = kept  # the kept model's (the last epoch's under selection_epoch "last")
     _write_json(body, run_file)
     return body
 

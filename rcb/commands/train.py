@@ -268,6 +268,15 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    selection_epoch: Annotated[
+        str | None,
+        typer.Option(
+            "--selection-epoch",
+            help="Which epoch the run keeps as its model (best.pt): 'best' (the best validation score) or 'last'"
+            " (the last epoch; validation scores still recorded). Default best.",
+            show_default=False,
+        ),
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     skip_done: Annotated[
         bool,
@@ -316,6 +325,7 @@ def train_command(
                 "validation_fold": validation_fold,
                 "selection_days": selection_days,
                 "selection_seeds": selection_seeds,
+                "selection_epoch": selection_epoch,
             }
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key, before_the_option in RESUMED_CHOICES.items():

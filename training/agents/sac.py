@@ -86,6 +86,8 @@ PID above its trained epochs and were wrong by 0.06 ANS on test (RESULTS.md, ses
 
 SELECTION_DAYS = ("all", "home")
 """The choices of :attr:`SACConfig.selection_days`."""
+SELECTION_EPOCHS = ("best", "last")
+"""The choices of :attr:`SACConfig.selection_epoch`."""
 REFERENCES = ("pid", "plan")
 """What a residual policy may correct (:attr:`SACConfig.reference`)."""
 SELECTION_SEEDS: dict[str, int] = {"mc": 1, "sc": 5}
@@ -227,6 +229,12 @@ class SACConfig:
     days moves with its posterior samples (on ``volatile``, one epoch scored 0.838 with seed 0 and 0.66 over
     seeds 0-4), so one stream can pick an epoch that won on its noise. ``None``: :data:`SELECTION_SEEDS` of the
     run's setting for CBRL, 1 for the rivals, whose deterministic policies play every stream alike (:meth:`resolve`)."""
+    selection_epoch: str = "best"
+    """Which epoch a run keeps as its model (``best.pt``). ``"best"``: the best validation score (of the untrained
+    controller too, with :attr:`start_at_controller`). ``"last"``: the last epoch, whatever the validation days
+    say; its score is still recorded every epoch. Six validation days can rank noise (on SC ``sparse`` they kept
+    early curriculum-stage epochs while the last epochs of bootstrap-day runs held out better: RESULTS.md,
+    session 29)."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -258,6 +266,10 @@ class SACConfig:
             raise ValueError(f"selection_days must be one of {', '.join(SELECTION_DAYS)}, not {self.selection_days!r}")
         if self.selection_seeds is not None and self.selection_seeds < 1:
             raise ValueError(f"selection_seeds must be >= 1, not {self.selection_seeds}")
+        if self.selection_epoch not in SELECTION_EPOCHS:
+            raise ValueError(
+                f"selection_epoch must be one of {', '.join(SELECTION_EPOCHS)}, not {self.selection_epoch!r}"
+            )
         if not self.curriculum:
             stages = CURRICULA[self.algo]
             if self.algo == "uscb":  # CURRICULA's uscb and rcpo entries are one stage of their own kind
