@@ -406,7 +406,10 @@ def test_missing_market_dir_is_a_clear_error(tmp_path: Path):
 def test_unknown_split_is_a_clear_error(source: Path, tmp_path: Path):
     """The CLI evaluates test or ood, never the train days the baselines were tuned on."""
     result = run_cli(source, tmp_path / "out", "sc", "train", ["rm"], seeds=1)
-    assert_clear_error(result, "train")
+    assert_clear_error(result, "--split", one_line=False)
+    said = " ".join(result.output.replace("│", " ").split())  # typer's error box wraps the message
+    assert "'train' is not one of 'test', 'ood', 'validation'" in said
+    assert not (tmp_path / "out").exists()
 
 
 def test_parse_methods():

@@ -122,8 +122,19 @@ def test_unknown_algo_is_a_clear_error(market: Path, tmp_path: Path):
     result = runner.invoke(
         app, ["train", "--data", str(market), "--setting", "sc", "--out", str(tmp_path / "x"), "--algo", "usc"]
     )
-    assert result.exit_code == 2 and "available: hard, crl, cbrl, uscb, rcpo" in result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert result.exit_code == 2 and "'usc' is not one of 'hard', 'crl', 'cbrl', 'uscb', 'rcpo'" in text
     assert not (tmp_path / "x").exists()
+
+
+def test_the_clis_choices_are_the_trainers():
+    """``rcb train``'s torch-free choice lists name exactly what training accepts."""
+    from rcb.commands.train import Algo, SelectionDaysChoice, SelectionEpochChoice
+    from training.agents.sac import SELECTION_DAYS, SELECTION_EPOCHS
+    from training.train import ALGOS
+
+    assert tuple(Algo) == ALGOS
+    assert tuple(SelectionDaysChoice) == SELECTION_DAYS and tuple(SelectionEpochChoice) == SELECTION_EPOCHS
 
 
 def test_a_run_is_an_evaluate_method(run: Path, market: Path, tmp_path: Path):
@@ -532,7 +543,8 @@ def test_pooled_run_selected_on_the_home_markets_days_alone(market: Path, tmp_pa
     assert by_home["controller_validation_score"] == pytest.approx(single["controller_validation_score"], abs=1e-12)
     assert by_all["controller_validation_score"] != pytest.approx(single["controller_validation_score"], abs=1e-6)
     bad = runner.invoke(app, [*args, *pooled, "--selection-days", "away", "--out", str(tmp_path / "bad")])
-    assert bad.exit_code == 2 and "selection_days must be one of all, home" in bad.output
+    said = " ".join(bad.output.replace("│", " ").split())
+    assert bad.exit_code == 2 and "'away' is not one of 'all', 'home'" in said
     assert not (tmp_path / "bad").exists()
     resumed = runner.invoke(app, [*args, *pooled, "--resume", "--selection-days", "all", "--out", str(home)])
     assert resumed.exit_code == 2 and "--selection-days home" in resumed.output
@@ -607,7 +619,8 @@ def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(mark
     refused = runner.invoke(app, [*args, *other_choice])
     assert refused.exit_code == 2 and "--selection-epoch last" in refused.output
     bad = runner.invoke(app, [*args, "--selection-epoch", "first", "--out", str(tmp_path / "bad")])
-    assert bad.exit_code == 2 and "selection_epoch must be one of best, last" in bad.output
+    said = " ".join(bad.output.replace("│", " ").split())
+    assert bad.exit_code == 2 and "'first' is not one of 'best', 'last'" in said
     assert not (tmp_path / "bad").exists()
 
 

@@ -21,7 +21,7 @@ def curves_command(
         str, typer.Option("--reference", help="Label whose final score the speed table measures against.")
     ] = "hard",
     title: Annotated[str, typer.Option("--title", help="Plot title.")] = "",
-    json: Annotated[bool, typer.Option("--json", help="Print the speed table as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the speed table as JSON.")] = False,
 ) -> None:
     """Plot validation score per gradient update (mean over seeds, min-max band) and time-to-reference."""
     from training.learning_curves import CurveError, expand_runs, load_group, plot, speed_table, split_group
@@ -40,7 +40,7 @@ def curves_command(
             path = plot(loaded, out, title)
         except CurveError as exc:
             raise fail(str(exc)) from None
-    if json:
+    if as_json:
         print_json(table)
         return
     typer.echo(

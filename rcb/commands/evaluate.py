@@ -7,9 +7,10 @@ baselines were tuned and the other methods played).
 
 from __future__ import annotations
 
-import json as jsonlib
+import json
 import shlex
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -21,10 +22,18 @@ from rcb.commands.common import check_output_dir, console, fail, print_json, pro
 RUN_FILE = "run.json"
 
 
+class EvaluationSplit(StrEnum):
+    """``--split``: never the train days the baselines were tuned on, except their held-out validation fold."""
+
+    test = "test"
+    ood = "ood"
+    validation = "validation"
+
+
 def _run_record(run_dir: Path) -> tuple[str, str]:
     """``(setting, algo)`` of a training run, from its ``run.json``."""
     try:
-        body = jsonlib.loads((run_dir / RUN_FILE).read_text())
+        body = json.loads((run_dir / RUN_FILE).read_text())
         return str(body["setting"]), str(body["config"]["algo"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{run_dir / RUN_FILE}: unreadable run record ({exc})") from None
@@ -73,12 +82,12 @@ def evaluate_command(
     data_dir: Annotated[Path, typer.Argument(help="Market directory.")],
     setting: Annotated[Setting, typer.Option("--setting", help="sc (L=1, no budget) or mc (per-day L, B).")],
     split: Annotated[
-        str,
+        EvaluationSplit,
         typer.Option(
             "--split",
             help="test, ood, or validation (the train days training holds out for model selection: choose there).",
         ),
-    ] = "test",
+    ] = EvaluationSplit.test,
     methods: Annotated[
         str,
         typer.Option(
@@ -97,7 +106,7 @@ def evaluate_command(
         typer.Option("--gamma", min=1.0, help="The G-metric's gamma (results.sh passes the one validated for USCB)."),
     ] = 3.0,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("out/evaluate"),
-    json: Annotated[bool, typer.Option("--json", help="Print summary.json on stdout.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print summary.json on stdout.")] = False,
 ) -> None:
     """Evaluate methods (baselines tuned on train days only) with the paper's metrics (docs/metrics.md)."""
     from training.evaluate import (
@@ -111,23 +120,22 @@ def evaluate_command(
     from training.evaluation_report import markdown_table
     from training.market.dataset import Market
 
+    day_split = split.value
     with user_errors():
         try:
             check_output_dir(out)
-            if split not in ("test", "ood", "validation"):
-                raise EvaluationError(f"unknown split {split!r}; expected test, ood or validation")
             chosen = parse_methods(methods)
             for warning in method_warnings(chosen):
                 console.print(f"[yellow]warning:[/] {warning}")
             market = Market.open(data_dir)
-            if not market.split("train" if split == "validation" else split):
-                raise EvaluationError(f"{data_dir}: split {split!r} has no days")
+            if not market.split("train" if day_split == "validation" else day_split):
+                raise EvaluationError(f"{data_dir}: split {day_split!r} has no days")
             if any(m in BASELINES for m in chosen) and not market.split("train"):
                 raise EvaluationError(f"{data_dir}: baselines are tuned on the train split, which has no days")
             plays = check_methods(chosen, setting)
             total = sum(seeds if n < 0 else n for n in plays.values())
-            with progress(quiet=json) as bar:
-                title = f"evaluating on {split}/{setting.value}"
+            with progress(quiet=as_json) as bar:
+                title = f"evaluating on {day_split}/{setting.value}"
                 task = bar.add_task(f"{title}: loading days", total=total)
 
                 def tick(stage: str) -> None:
@@ -136,12 +144,12 @@ def evaluate_command(
                     else:  # loading days, solving oracles, tuning a baseline: work of unknown length
                         bar.update(task, description=f"{title}: {STAGES.get(stage, stage)}")
 
-                evaluation = evaluate(market, setting.value, split, chosen, seeds, progress=tick, gamma=gamma)
+                evaluation = evaluate(market, setting.value, day_split, chosen, seeds, progress=tick, gamma=gamma)
         except EvaluationError as exc:
             raise fail(str(exc)) from None
         evaluation.meta["command"] = "rcb evaluate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
         paths = write_outputs(evaluation, out)
-    if json:
+    if as_json:
         print_json(evaluation.summary)
     else:
         typer.echo(markdown_table(evaluation.summary, evaluation.meta))

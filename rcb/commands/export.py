@@ -5,7 +5,7 @@ its parameters tuned there, as a model the service and `rcb evaluate onnx:MODEL_
 
 from __future__ import annotations
 
-import json as jsonlib
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +18,7 @@ from rcb.commands.common import check_output_dir, fail, print_json, progress, us
 def _steps(run: Path) -> int:
     """Export steps reported by training.export: policy.onnx, encoder.onnx (CBRL only), parity."""
     try:
-        algo = jsonlib.loads((run / "run.json").read_text())["config"]["algo"]
+        algo = json.loads((run / "run.json").read_text())["config"]["algo"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{run / 'run.json'}: unreadable run record ({exc})") from None
     return 3 if algo == "cbrl" else 2
@@ -46,7 +46,7 @@ def export_command(
         Setting | None, typer.Option("--setting", help="sc or mc: the setting the planner is tuned for (--plan).")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite a model artifact already in OUT.")] = False,
-    json: Annotated[bool, typer.Option("--json", help="Print the export summary as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the export summary as JSON.")] = False,
 ) -> None:
     """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch; or, with --plan,
     the planner on a market's train days."""
@@ -61,7 +61,7 @@ def export_command(
         raise fail("--setting is the planner's (--plan); a run's setting is its own")
     if plan is not None:
         assert setting is not None
-        _export_plan(plan, setting, out, force, json)
+        _export_plan(plan, setting, out, force, as_json)
         return
     assert runs
     with user_errors():
@@ -72,7 +72,7 @@ def export_command(
                 if not (run / "run.json").is_file() or not (run / "best.pt").is_file():
                     raise RunError(f"{run}: not a finished training run (no run.json or best.pt)")
             total = _steps(runs[0])
-            with progress(quiet=json) as bar:
+            with progress(quiet=as_json) as bar:
                 task = bar.add_task("exporting: loading the run", total=total)
 
                 def step(name: str) -> None:
@@ -100,7 +100,7 @@ def export_command(
         "best_validation_score": card.evaluation.best_validation_score,
         "members": card.training.members,
     }
-    if json:
+    if as_json:
         print_json(summary)
     else:
         worst = max(card.parity.values())
@@ -110,7 +110,7 @@ def export_command(
         )
 
 
-def _export_plan(market: Path, setting: Setting, out: Path, force: bool, json: bool) -> None:
+def _export_plan(market: Path, setting: Setting, out: Path, force: bool, as_json: bool) -> None:
     from training.export import ExportError, export_planner
     from training.market.dataset import MarketError
 
@@ -118,7 +118,7 @@ def _export_plan(market: Path, setting: Setting, out: Path, force: bool, json: b
     with user_errors():
         try:
             check_output_dir(out)
-            with progress(quiet=json) as bar:
+            with progress(quiet=as_json) as bar:
                 task = bar.add_task("exporting the planner: tuning on the train days", total=len(steps))
 
                 def step(name: str) -> None:
@@ -141,7 +141,7 @@ def _export_plan(market: Path, setting: Setting, out: Path, force: bool, json: b
         "planner": card.planner.model_dump(),
         "parity": card.parity,
     }
-    if json:
+    if as_json:
         print_json(summary)
     else:
         typer.echo(

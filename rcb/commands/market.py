@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json as jsonlib
+import json
 import time
 from dataclasses import replace
 from enum import StrEnum
@@ -71,7 +71,7 @@ def generate_command(
     ] = ConstraintRecipeName.prior,
     workers: Annotated[int, typer.Option("--workers", min=0, help="Processes (0 = one per core).")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing market in OUT.")] = False,
-    json: Annotated[bool, typer.Option("--json", help="Print the manifest summary as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the manifest summary as JSON.")] = False,
 ) -> None:
     """Generate a synthetic non-stationary market (SPEC 3 schema, paper-style ID/OOD split; docs/data-schema.md)."""
     from training.market.dataset import MANIFEST
@@ -100,13 +100,13 @@ def generate_command(
             )
         check_config(config)
     started = time.perf_counter()
-    with user_errors(), progress(quiet=json) as bar:
+    with user_errors(), progress(quiet=as_json) as bar:
         task = bar.add_task("generating days", total=days_id + days_ood)
         market = generate_market(out, config, workers=workers or None, progress=lambda: bar.advance(task))
     elapsed = time.perf_counter() - started
     counts = {s: len(market.split(s)) for s in ("train", "test", "ood")}
     impressions = sum(d.n_impressions for d in market.days)
-    if json:
+    if as_json:
         print_json({"out": str(out), "days": counts, "impressions": impressions, "seconds": round(elapsed, 2)})
     else:
         typer.echo(
@@ -121,7 +121,7 @@ def subset_command(
     out: Annotated[Path, typer.Option("--out", help="Directory to write (manifest.json + linked day files).")],
     train_days: Annotated[int, typer.Option("--train-days", min=1, help="How many train days to keep (the first).")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing market in OUT.")] = False,
-    json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Keep the first N train days of a market and all its test and OOD days (files hard-linked): nested train
     sets scored on the same held-out days, e.g. to see how many days of logs a method needs."""
@@ -135,7 +135,7 @@ def subset_command(
             raise fail(f"{out} already holds a market ({MANIFEST}); pass --force to overwrite")
         market = subset_market(Market.open(data_dir), out, train_days)
     counts = {s: len(market.split(s)) for s in ("train", "test", "ood")}
-    if json:
+    if as_json:
         print_json({"out": str(out), "days": counts})
     else:
         typer.echo(
@@ -147,7 +147,7 @@ def subset_command(
 def report_command(
     data_dir: Annotated[Path, typer.Argument(help="Market directory.")],
     out: Annotated[Path | None, typer.Option("--out", help="PNG path (default DIR/report.png).")] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Show how non-stationary a market is: a Fig.-4-style PNG and a per-split summary (stdout)."""
     from training.market.dataset import Market
@@ -159,14 +159,14 @@ def report_command(
         market = Market.open(data_dir)
         if not market.days:
             raise fail(f"{data_dir}: the manifest lists no days")
-        with progress(quiet=json) as bar:
+        with progress(quiet=as_json) as bar:
             task = bar.add_task("oracles (cached after the first run)", total=3 * len(market.days))
             facts = collect_facts(market, progress=lambda _result: bar.advance(task))
         summary = summarize(facts)
         png.parent.mkdir(parents=True, exist_ok=True)
         plot(facts, png, title=f"{data_dir.name}: {plural(len(market.days), 'day')}")
-        (png.with_suffix(".json")).write_text(jsonlib.dumps(summary, indent=1))
-    if json:
+        (png.with_suffix(".json")).write_text(json.dumps(summary, indent=1))
+    if as_json:
         print_json({"png": str(png), "summary": summary})
     else:
         typer.echo(format_summary(summary, title=f"{data_dir}: non-stationarity per split"))

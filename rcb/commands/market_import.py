@@ -90,7 +90,7 @@ def import_command(
         ConstraintRecipeName, typer.Option("--constraints", help=CONSTRAINTS_HELP, case_sensitive=False)
     ] = ConstraintRecipeName.prior,
     force: Annotated[bool, typer.Option("--force", help="Replace a market already in OUT.")] = False,
-    json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Import public logs into the SPEC 3 schema; invalid rows are left out and reported by reason."""
     from training.market.adapters import import_market
@@ -100,7 +100,7 @@ def import_command(
         if not src.exists():
             raise FileNotFoundError(f"{src}: no such file or directory")
         ood = parse_days(ood_days)
-        with progress(quiet=json) as bar:
+        with progress(quiet=as_json) as bar:
             tasks: dict[str, Any] = {}
 
             def report(stage: str, done: int, total: int) -> None:
@@ -122,7 +122,7 @@ def import_command(
                 constraints=constraints.value,
             )
     result = summary.to_dict()
-    if json:
+    if as_json:
         print_json(result)
         return
     stdout_console().print(summary_table(result))

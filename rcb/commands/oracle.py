@@ -34,7 +34,7 @@ def oracle_command(
         typer.Option("--kind", help="slot: one ratio per slot (the paper's D*, a MILP); day: one ratio all day."),
     ] = OracleKind.SLOT,
     split: Annotated[SplitChoice | None, typer.Option("--split", help="Only the days of this split.")] = None,
-    json: Annotated[bool, typer.Option("--json", help="One JSON object per day on stdout.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per day on stdout.")] = False,
 ) -> None:
     """Hindsight oracle per day: the best ratios knowing the whole day (paper appendix, "Slot-wise Oracle")."""
     from training.market.dataset import Market
@@ -58,7 +58,7 @@ def oracle_command(
                 progress=lambda _: bar.advance(task),
                 on_warning=lambda message: console.print(f"[yellow]warning:[/] {message}"),
             )
-    if json:
+    if as_json:
         for result in results:
             print_json(result.to_dict())
         return

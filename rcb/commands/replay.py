@@ -30,7 +30,7 @@ def replay_command(
         ),
     ] = "offline",
     token: Annotated[str | None, typer.Option("--token", envvar="RCB_API_TOKEN", help="Bearer token.")] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout.")] = False,
 ) -> None:
     """Register a campaign per day, bid each slot's impressions, report each slot: the service's own numbers."""
     from training.dayset import DaySet
@@ -43,7 +43,7 @@ def replay_command(
         if split not in ("test", "ood"):
             raise ValueError(f"--split must be test or ood, not {split!r}")
         market = Market.open(data)
-        with progress(quiet=json) as bar:
+        with progress(quiet=as_json) as bar:
             loading = bar.add_task(f"loading {split}/{setting.value}", total=None)
             dayset = DaySet.load(market, split, setting)
             if days:
@@ -76,7 +76,7 @@ def replay_command(
         evaluation = replay_evaluation(dayset, traces, ready, url)
         write_outputs(evaluation, out)
         slot_table(traces).to_csv(out / "slots.csv", index=False)
-    if json:
+    if as_json:
         print_json(evaluation.summary)
         return
     from training.evaluation_report import markdown_table

@@ -133,7 +133,7 @@ def simulate_command(
             "--ratios", help="48 comma-separated bid ratios r0,...,r47 in [0, 4] (or one ratio for every slot)."
         ),
     ],
-    json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")] = False,
 ) -> None:
     """Replay one day with the given per-slot bid ratios and report delivery, cost, ROI and feasibility."""
     from model.contract import SLOTS_PER_DAY
@@ -141,7 +141,7 @@ def simulate_command(
     with user_errors():
         parsed = parse_ratios(ratios, SLOTS_PER_DAY)  # before the market is opened: a typo costs nothing
         result = simulate_day(data_dir, day, setting, parsed)
-    if json:
+    if as_json:
         print_json(result)
     else:
         _render(result)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-import json as jsonlib
+import json
+from enum import StrEnum
 from functools import cache
 from importlib.util import find_spec
 from itertools import pairwise
@@ -17,6 +18,30 @@ from rcb.commands.common import check_output_dir, fail, plural, print_json, prog
 from training.resume_choices import BEFORE_THE_OPTIONS
 
 RUN_FILE = "run.json"
+
+
+class Algo(StrEnum):
+    """``--algo``: the SAC variants :data:`training.agents.sac.CURRICULA` trains (torch-free here, for ``--help``)."""
+
+    hard = "hard"
+    crl = "crl"
+    cbrl = "cbrl"
+    uscb = "uscb"
+    rcpo = "rcpo"
+
+
+class SelectionDaysChoice(StrEnum):
+    """``--selection-days``: :data:`training.agents.sac.SELECTION_DAYS`."""
+
+    all = "all"
+    home = "home"
+
+
+class SelectionEpochChoice(StrEnum):
+    """``--selection-epoch``: :data:`training.agents.sac.SELECTION_EPOCHS`."""
+
+    best = "best"
+    last = "last"
 
 
 @cache
@@ -76,7 +101,7 @@ def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> di
     if not resume:
         raise ValueError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     try:
-        previous = jsonlib.loads(run_file.read_text())
+        previous = json.loads(run_file.read_text())
         trained_setting, trained_algo = previous["setting"], previous["config"]["algo"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{run_file}: unreadable run record ({exc}); it cannot be resumed") from None
@@ -100,13 +125,13 @@ def train_command(
     setting: Annotated[Setting, typer.Option("--setting", help="sc (L=1, no budget) or mc (per-day L, B).")],
     out: Annotated[Path, typer.Option("--out", help="Run directory to write.")],
     algo: Annotated[
-        str,
+        Algo,
         typer.Option(
             "--algo",
             help="hard (sparse indicator reward), crl (curriculum), cbrl (curriculum + posterior encoder),"
             " uscb (gamma^violation penalty) or rcpo (Lagrangian).",
         ),
-    ] = "cbrl",
+    ] = Algo.cbrl,
     epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="Training epochs.")] = _default("epochs"),
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds networks, collection and sampling.")] = 0,
     uscb_gamma: Annotated[
@@ -248,7 +273,7 @@ def train_command(
         ),
     ] = None,
     selection_days: Annotated[
-        str | None,
+        SelectionDaysChoice | None,
         typer.Option(
             "--selection-days",
             help="With several --data: the validation days model selection reads, 'all' (each market's own fold)"
@@ -269,7 +294,7 @@ def train_command(
         ),
     ] = None,
     selection_epoch: Annotated[
-        str | None,
+        SelectionEpochChoice | None,
         typer.Option(
             "--selection-epoch",
             help="Which epoch the run keeps as its model (best.pt): 'best' (the best validation score) or 'last'"
@@ -286,21 +311,19 @@ def train_command(
             " a finished run of another config is refused, naming what differs (for scripts that rerun).",
         ),
     ] = False,
-    json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
     """Train SAC (CBRL or a rival) on the train days; resumable, with a progress bar and learning curves."""
     from training.agents.sac import SACConfig
     from training.market.dataset import Market
-    from training.train import ALGOS, RunError, finished_run_differences, run_training
+    from training.train import RunError, finished_run_differences, run_training
 
-    if algo not in ALGOS:
-        raise fail(f"unknown or not yet trainable algo {algo!r}; available: {', '.join(ALGOS)}")
     with user_errors():
         try:
             check_output_dir(out)
             # --resume: the run's own choices, as usual
             finished = _finished_run(out) if skip_done and not resume else None
-            resumed = None if finished else _check_resumable(out, setting, algo, resume)
+            resumed = None if finished else _check_resumable(out, setting, algo.value, resume)
             for market in data:  # a missing or malformed market is reported before the bar is drawn
                 Market.open(market)
             if len({path.resolve() for path in data}) != len(data):
@@ -323,9 +346,9 @@ def train_command(
                 "relaxed_stages": relaxed_stages,
                 "start_at_controller": start_at_controller,
                 "validation_fold": validation_fold,
-                "selection_days": selection_days,
+                "selection_days": None if selection_days is None else selection_days.value,
                 "selection_seeds": selection_seeds,
-                "selection_epoch": selection_epoch,
+                "selection_epoch": None if selection_epoch is None else selection_epoch.value,
             }
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key, before_the_option in RESUMED_CHOICES.items():
@@ -334,7 +357,7 @@ def train_command(
             if overrides["lr_milestones"] is not None:  # run.json holds a list
                 overrides["lr_milestones"] = tuple(overrides["lr_milestones"])
             config = SACConfig(
-                algo=algo,
+                algo=algo.value,
                 seed=seed,
                 auto_curriculum=auto_curriculum,
                 **{k: v for k, v in overrides.items() if v is not None},
@@ -348,12 +371,12 @@ def train_command(
                         + (" resume it with --resume to train the epochs added," if grown else "")
                         + " remove it or choose another --out"
                     )
-                _print_summary(finished, out, json, already=True)
+                _print_summary(finished, out, as_json, already=True)
                 return
-            with progress(quiet=json) as bar:
-                task = bar.add_task(f"training {algo} on {setting.value}", total=config.epochs)
+            with progress(quiet=as_json) as bar:
+                task = bar.add_task(f"training {algo.value} on {setting.value}", total=config.epochs)
                 if resume:
-                    done = len(jsonlib.loads((out / RUN_FILE).read_text()).get("history", []))
+                    done = len(json.loads((out / RUN_FILE).read_text()).get("history", []))
                     bar.update(task, completed=min(done, config.epochs))
 
                 def tick(log) -> None:
@@ -366,21 +389,21 @@ def train_command(
                 body = run_training(data, setting, config, out, resume=resume, on_epoch=tick)
         except RunError as exc:
             raise fail(str(exc)) from None
-    _print_summary(body, out, json)
+    _print_summary(body, out, as_json)
 
 
 def _finished_run(out: Path) -> dict[str, Any] | None:
     """The run.json body of a run in ``out`` whose record says it is done; None for none (or an unreadable one)."""
     try:
-        body = jsonlib.loads((out / RUN_FILE).read_text())
+        body = json.loads((out / RUN_FILE).read_text())
     except (OSError, ValueError):
         return None
     return body if isinstance(body, dict) and body.get("status") == "done" else None
 
 
-def _print_summary(body: dict[str, Any], out: Path, json: bool, already: bool = False) -> None:
+def _print_summary(body: dict[str, Any], out: Path, as_json: bool, already: bool = False) -> None:
     summary = {"out": str(out), "best_validation_score": body["best_validation_score"], "epochs": len(body["history"])}
-    if json:
+    if as_json:
         print_json({**summary, "already_done": already})
     else:
         typer.echo(
