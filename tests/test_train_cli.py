@@ -585,8 +585,9 @@ def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path,
 
 def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(market: Path, tmp_path: Path):
     """``--selection-epoch last``: best.pt holds the last epoch's actor and encoder (the checkpoint's), the run records
-    that epoch's validation score as its kept one, training is the same run as under ``best`` (selection plays no
-    part in it), a resume keeps the choice and grows best.pt with the epochs added, and a bad choice is refused."""
+    that epoch's validation score as its kept one and keeps the validation argmax beside (validation-best.pt),
+    training is the same run as under ``best`` (selection plays no part in it), a resume keeps the choice and grows
+    best.pt with the epochs added, and a bad choice is refused."""
     import torch
 
     from training.train import load_best
@@ -612,6 +613,12 @@ def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(mark
     # not the last one, so the two choices keep different models.
     scores = [best_body["controller_validation_score"], *(h["validation_score"] for h in best_body["history"])]
     assert load_best(by_best)[0]["epoch"] == int(np.argmax(scores)) - 1 != 2
+    # ... which the "last" run keeps beside its own, the same weights (selection does not touch training).
+    assert not (by_best / "validation-best.pt").exists()
+    beside = torch.load(by_last / "validation-best.pt", weights_only=False)
+    assert beside["epoch"] == load_best(by_best)[0]["epoch"]
+    for name, tensor in load_best(by_best)[0]["actor"].items():
+        assert torch.equal(beside["actor"][name], tensor), name
     resumed = runner.invoke(app, [*args, "--epochs", "4", "--json", "--resume", "--out", str(by_last)])
     assert resumed.exit_code == 0, resumed.output
     assert load_best(by_last)[0]["epoch"] == 3

@@ -3,6 +3,8 @@
 Layout of ``RUN/``:
 
 * ``run.json``: what was trained (market, setting, algo, config, data fingerprint, status);
+* ``validation-best.pt``: under ``--selection-epoch last`` only, the model the default choice would have kept (the
+  best validation score), in ``best.pt``'s format;
 * ``checkpoint.pt``: the latest state (networks, optimizers, replay-free: collection restarts cleanly);
 * ``best.pt``: the actor with the best validation score so far (model selection on held-out train days), or the
   latest epoch's under ``--selection-epoch last``;
@@ -44,6 +46,8 @@ from training.market.dataset import Market
 from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES, TRAINING_CHOICES
 
 RUN_FILE = "run.json"
+VALIDATION_BEST_FILE = "validation-best.pt"
+"""Under ``--selection-epoch last``: the validation argmax's model beside ``best.pt`` (the last epoch's)."""
 ALGOS = tuple(CURRICULA)
 """Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
 
@@ -136,6 +140,7 @@ def run_training(
     last = config.selection_epoch == "last"
     # the validation score of the model best.pt holds (the best so far, or the latest under "last")
     kept = (scores[-1] if scores else float("-inf")) if last else max(scores, default=float("-inf"))
+    best = max(scores, default=float("-inf"))  # under "last", validation-best.pt holds this one's model
     body: dict[str, Any] = {
         "format": "rcb-run/1",
         "market": str(paths[0]),
@@ -153,16 +158,19 @@ def run_training(
     def keep_best(score: float, agent: SACAgent, epoch: int) -> None:
         """best.pt: this epoch's actor and encoder if it beats the kept one's validation score (every epoch under
         :attr:`SACConfig.selection_epoch` ``"last"``)."""
-        nonlocal kept
+        nonlocal kept, best
+        model = {
+            "actor": agent.actor.state_dict(),
+            "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
+            "config": config.to_dict(),
+            "epoch": epoch,
+        }
         if last or score > kept:
             kept = score
-            best_actor = {
-                "actor": agent.actor.state_dict(),
-                "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
-                "config": config.to_dict(),
-                "epoch": epoch,
-            }
-            _atomic_save(best_actor, out / "best.pt")
+            _atomic_save(model, out / "best.pt")
+        if last and score > best:  # what "best" would have kept, so the two choices compare on one run
+            best = score
+            _atomic_save(model, out / VALIDATION_BEST_FILE)
 
     def controller_start(score: float, agent: SACAgent) -> None:
         """The untrained policy bids the controller: epoch -1 of model selection."""
