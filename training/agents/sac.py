@@ -232,9 +232,10 @@ class SACConfig:
     selection_epoch: str = "best"
     """Which epoch a run keeps as its model (``best.pt``). ``"best"``: the best validation score (of the untrained
     controller too, with :attr:`start_at_controller`). ``"last"``: the last epoch, whatever the validation days
-    say; its score is still recorded every epoch. Six validation days can rank noise (on SC ``sparse`` they kept
-    early curriculum-stage epochs while the last epochs of bootstrap-day runs held out better: RESULTS.md,
-    session 29)."""
+    say; its score is still recorded every epoch, and the validation argmax is kept beside (``validation-best.pt``).
+    Measured in SC with bootstrap days (RESULTS.md, session 30): the last epoch held out better than the validation
+    argmax on ``sparse`` and ``bench`` (alone), but on ``volatile`` two runs of five ended collapsed and the test row
+    was lost, so ``"best"`` stays the default."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
