@@ -129,11 +129,11 @@ def test_unknown_algo_is_a_clear_error(market: Path, tmp_path: Path):
 
 def test_the_clis_choices_are_the_trainers():
     """``rcb train``'s torch-free choice lists name exactly what training accepts."""
-    from rcb.commands.train import Algo, SelectionDaysChoice, SelectionEpochChoice
-    from training.agents.sac import SELECTION_DAYS, SELECTION_EPOCHS
+    from rcb.commands.train import Algo, ReferenceChoice, SelectionDaysChoice, SelectionEpochChoice
+    from training.agents.sac import REFERENCES, SELECTION_DAYS, SELECTION_EPOCHS
     from training.train import ALGOS
 
-    assert tuple(Algo) == ALGOS
+    assert tuple(Algo) == ALGOS and tuple(ReferenceChoice) == REFERENCES
     assert tuple(SelectionDaysChoice) == SELECTION_DAYS and tuple(SelectionEpochChoice) == SELECTION_EPOCHS
 
 
@@ -622,6 +622,17 @@ def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(mark
     resumed = runner.invoke(app, [*args, "--epochs", "4", "--json", "--resume", "--out", str(by_last)])
     assert resumed.exit_code == 0, resumed.output
     assert load_best(by_last)[0]["epoch"] == 3
+    # After a resume: the kept score is still the last epoch's (not the best, not the controller's) and
+    # validation-best.pt still the argmax over every candidate, the controller's start included.
+    for _ in range(2):  # the second resume trains nothing and must record the same
+        grown = json.loads((by_last / "run.json").read_text())
+        assert len(grown["history"]) == 4
+        assert grown["best_validation_score"] == grown["history"][-1]["validation_score"]
+        candidates = [grown["controller_validation_score"], *(h["validation_score"] for h in grown["history"])]
+        kept_beside = torch.load(by_last / "validation-best.pt", weights_only=False)["epoch"]
+        assert kept_beside == int(np.argmax(candidates)) - 1
+        again = runner.invoke(app, [*args, "--epochs", "4", "--resume", "--out", str(by_last)])
+        assert again.exit_code == 0 and "the last epoch's validation score" in again.output, again.output
     other_choice = ["--epochs", "5", "--resume", "--selection-epoch", "best", "--out", str(by_last)]
     refused = runner.invoke(app, [*args, *other_choice])
     assert refused.exit_code == 2 and "--selection-epoch last" in refused.output

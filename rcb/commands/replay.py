@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -12,12 +13,19 @@ from model.contract import Setting
 from rcb.commands.common import check_output_dir, console, fail, print_json, progress, stdout_console, user_errors
 
 
+class ReplaySplit(StrEnum):
+    """``--split``: the held-out days (a service is never replayed on the days its model trained on)."""
+
+    test = "test"
+    ood = "ood"
+
+
 def replay_command(
     data: Annotated[Path, typer.Option("--data", help="Market directory (rcb market generate / import).")],
     out: Annotated[Path, typer.Option("--out", help="Directory for episodes.csv, summary.json, slots.csv, plots.")],
     url: Annotated[str, typer.Option("--url", help="The service's base URL.")] = "http://127.0.0.1:8000",
     setting: Annotated[Setting, typer.Option("--setting", help="Constraints: sc or mc.")] = Setting.MC,
-    split: Annotated[str, typer.Option("--split", help="test or ood.")] = "test",
+    split: Annotated[ReplaySplit, typer.Option("--split", help="The days to replay.")] = ReplaySplit.test,
     days: Annotated[
         str | None, typer.Option("--days", help="Comma-separated day ids of the split (default: all of them).")
     ] = None,
@@ -40,12 +48,10 @@ def replay_command(
 
     with user_errors():
         check_output_dir(out)
-        if split not in ("test", "ood"):
-            raise ValueError(f"--split must be test or ood, not {split!r}")
         market = Market.open(data)
         with progress(quiet=as_json) as bar:
-            loading = bar.add_task(f"loading {split}/{setting.value}", total=None)
-            dayset = DaySet.load(market, split, setting)
+            loading = bar.add_task(f"loading {split.value}/{setting.value}", total=None)
+            dayset = DaySet.load(market, split.value, setting)
             if days:
                 try:
                     wanted = [int(d) for d in days.split(",")]
@@ -53,7 +59,7 @@ def replay_command(
                     raise ValueError(f"--days must be day ids separated by commas, not {days!r}") from None
                 missing = sorted(set(wanted) - set(dayset.days))
                 if missing:
-                    raise ValueError(f"days {missing} are not in the {split} split")
+                    raise ValueError(f"days {missing} are not in the {split.value} split")
                 import numpy as np
 
                 dayset = dayset.subset(np.array([dayset.days.index(d) for d in wanted]))

@@ -30,6 +30,13 @@ class Algo(StrEnum):
     rcpo = "rcpo"
 
 
+class ReferenceChoice(StrEnum):
+    """``--reference``: :data:`training.agents.sac.REFERENCES`."""
+
+    pid = "pid"
+    plan = "plan"
+
+
 class SelectionDaysChoice(StrEnum):
     """``--selection-days``: :data:`training.agents.sac.SELECTION_DAYS`."""
 
@@ -181,7 +188,7 @@ def train_command(
         ),
     ] = None,
     reference: Annotated[
-        str | None,
+        ReferenceChoice | None,
         typer.Option(
             "--reference",
             help="What a residual run corrects: pid (the PID tuned on the train days) or plan (the Bayesian planner"
@@ -337,7 +344,7 @@ def train_command(
                 "rcpo_learning_rate": rcpo_learning_rate,
                 "action_step": action_step,
                 "residual": residual,
-                "reference": reference,
+                "reference": None if reference is None else reference.value,
                 "n_step": n_step,
                 "correction_penalty": correction_penalty,
                 "roi_margin": roi_margin,
@@ -406,8 +413,10 @@ def _print_summary(body: dict[str, Any], out: Path, as_json: bool, already: bool
     if as_json:
         print_json({**summary, "already_done": already})
     else:
+        last = body.get("config", {}).get("selection_epoch") == "last"
+        kept = "the last epoch's validation score (--selection-epoch last)" if last else "best validation score"
         typer.echo(
-            f"run in {out}{' (already done, nothing trained)' if already else ''}: best validation score"
+            f"run in {out}{' (already done, nothing trained)' if already else ''}: {kept}"
             f" {summary['best_validation_score']:.3f} after {plural(summary['epochs'], 'epoch')};"
             f" curves {out}/curves.png"
         )

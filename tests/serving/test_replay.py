@@ -92,3 +92,12 @@ def test_replay_refuses_a_service_that_is_down_or_not_ready(models, tmp_path):
         ],
     )
     assert result.exit_code == 2 and "does not answer" in result.output
+
+
+def test_replay_refuses_the_train_days_before_any_work(models, tmp_path):
+    """``--split`` is test or ood: the days a served model was not trained on; anything else is a usage error."""
+    args = ["replay", "--data", str(models.market), "--setting", SETTING, "--out", str(tmp_path / "x")]
+    result = CliRunner().invoke(app, [*args, "--split", "train"])
+    said = " ".join(result.output.replace("│", " ").split())  # typer's error box wraps the message
+    assert result.exit_code == 2 and "'train' is not one of 'test', 'ood'" in said
+    assert not (tmp_path / "x").exists()
