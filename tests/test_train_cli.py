@@ -642,6 +642,37 @@ def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(mark
     assert not (tmp_path / "bad").exists()
 
 
+def test_keep_epochs_saves_every_epochs_model_and_a_resume_keeps_doing_so(market: Path, tmp_path: Path):
+    """``--keep-epochs``: epochs/epoch-NNN.pt for every epoch, in best.pt's format; the last one is the checkpoint's
+    actor, the kept epoch's is best.pt's; a resume without the flag goes on saving them; off by default."""
+    import torch
+
+    from training.train import load_best
+
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    out = tmp_path / "kept"
+    result = runner.invoke(app, [*args, "--epochs", "3", "--json", "--keep-epochs", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (out / "epochs").iterdir()) == ["epoch-000.pt", "epoch-001.pt", "epoch-002.pt"]
+    snapshots = [torch.load(out / "epochs" / f"epoch-{k:03d}.pt", weights_only=False) for k in range(3)]
+    assert [s["epoch"] for s in snapshots] == [0, 1, 2]
+    checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
+    for name, tensor in checkpoint["actor"].items():
+        assert torch.equal(snapshots[2]["actor"][name], tensor), name
+    assert not all(torch.equal(snapshots[0]["actor"][n], t) for n, t in checkpoint["actor"].items())
+    best, body = load_best(out)
+    assert body["keep_epochs"] is True
+    if best["epoch"] >= 0:  # the kept epoch's snapshot is best.pt's model (-1: the controller, no snapshot)
+        for name, tensor in best["actor"].items():
+            assert torch.equal(snapshots[best["epoch"]]["actor"][name], tensor), name
+    resumed = runner.invoke(app, [*args, "--epochs", "4", "--json", "--resume", "--out", str(out)])
+    assert resumed.exit_code == 0, resumed.output
+    assert (out / "epochs" / "epoch-003.pt").exists()
+    plain = tmp_path / "plain"
+    assert runner.invoke(app, [*args, "--epochs", "1", "--json", "--out", str(plain)]).exit_code == 0
+    assert not (plain / "epochs").exists() and "keep_epochs" not in json.loads((plain / "run.json").read_text())
+
+
 def test_curves_of_a_run_resumed_across_a_new_history_field(tmp_path: Path):
     """A run started before ``validation_scores`` existed and resumed after it: curves.csv holds every column
     (blank where an epoch lacks it) and curves.png draws the seeds' range where there is one."""

@@ -5,6 +5,8 @@ Layout of ``RUN/``:
 * ``run.json``: what was trained (market, setting, algo, config, data fingerprint, status);
 * ``validation-best.pt``: under ``--selection-epoch last`` only, the model the default choice would have kept (the
   best validation score), in ``best.pt``'s format;
+* ``epochs/epoch-NNN.pt``: under ``--keep-epochs`` only, every epoch's model in ``best.pt``'s format (about 0.2 MB
+  each for CBRL), so several selection rules can be read off one run;
 * ``checkpoint.pt``: the latest state (networks, optimizers, replay-free: collection restarts cleanly);
 * ``best.pt``: the actor with the best validation score so far (model selection on held-out train days), or the
   latest epoch's under ``--selection-epoch last``;
@@ -47,6 +49,8 @@ from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES, TRAIN
 
 RUN_FILE = "run.json"
 VALIDATION_BEST_FILE = "validation-best.pt"
+EPOCHS_DIR = "epochs"
+"""Under ``--keep-epochs``: every epoch's model, ``epoch-NNN.pt`` in ``best.pt``'s format."""
 """Under ``--selection-epoch last``: the validation argmax's model beside ``best.pt`` (the last epoch's)."""
 ALGOS = tuple(CURRICULA)
 """Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
@@ -71,11 +75,14 @@ def run_training(
     out: Path,
     resume: bool = False,
     on_epoch: Callable[[EpochLog], None] | None = None,
+    keep_epochs: bool = False,
 ) -> dict[str, Any]:
     """Train (or resume) a run into ``out``; return the final ``run.json`` body.
 
     ``data``: one market, or several whose train days are pooled (:meth:`DaySet.pool`). The first is the run's
-    home market: a residual run corrects the PID tuned on its train days, and ``run.json``'s ``market`` names it."""
+    home market: a residual run corrects the PID tuned on its train days, and ``run.json``'s ``market`` names it.
+    ``keep_epochs``: also save every epoch's model in ``epochs/`` (:data:`EPOCHS_DIR`); a resumed run that did
+    keeps doing so."""
     paths = [data] if isinstance(data, Path) else list(data)
     if not paths:
         raise RunError("training needs at least one market")
@@ -154,23 +161,31 @@ def run_training(
     }
     if controller_score is not None:
         body["controller_validation_score"] = controller_score
+    if state is not None and previous.get("keep_epochs"):  # a resumed run keeps its snapshots going
+        keep_epochs = True
+    if keep_epochs:
+        body["keep_epochs"] = True
 
     def keep_best(score: float, agent: SACAgent, epoch: int) -> None:
         """best.pt: this epoch's actor and encoder if it beats the kept one's validation score (every epoch under
         :attr:`SACConfig.selection_epoch` ``"last"``)."""
         nonlocal kept, best
-        model = {
-            "actor": agent.actor.state_dict(),
-            "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
-            "config": config.to_dict(),
-            "epoch": epoch,
-        }
+        model = model_of(agent, epoch)
         if last or score > kept:
             kept = score
             _atomic_save(model, out / "best.pt")
         if last and score > best:  # what "best" would have kept, so the two choices compare on one run
             best = score
             _atomic_save(model, out / VALIDATION_BEST_FILE)
+
+    def model_of(agent: SACAgent, epoch: int) -> dict[str, Any]:
+        """What best.pt (and every model file of the run) holds: the actor and encoder at ``epoch``."""
+        return {
+            "actor": agent.actor.state_dict(),
+            "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
+            "config": config.to_dict(),
+            "epoch": epoch,
+        }
 
     def controller_start(score: float, agent: SACAgent) -> None:
         """The untrained policy bids the controller: epoch -1 of model selection."""
@@ -180,6 +195,9 @@ def run_training(
     def checkpoint(log: EpochLog, agent: SACAgent) -> None:
         history.append(asdict(log))
         keep_best(log.validation_score, agent, log.epoch)
+        if keep_epochs:
+            (out / EPOCHS_DIR).mkdir(exist_ok=True)
+            _atomic_save(model_of(agent, log.epoch), out / EPOCHS_DIR / f"epoch-{log.epoch:03d}.pt")
         _atomic_save(agent_state(agent, log.epoch + 1), out / "checkpoint.pt")
         _write_json(body, run_file)
         write_curves(history, out, body.get("controller_validation_score"))

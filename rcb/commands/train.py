@@ -309,6 +309,14 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    keep_epochs: Annotated[
+        bool,
+        typer.Option(
+            "--keep-epochs",
+            help="Also save every epoch's model in OUT/epochs/epoch-NNN.pt (best.pt's format, about 0.2 MB each),"
+            " to read several selection rules off one run. A resumed run that kept them keeps doing so.",
+        ),
+    ] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run already in OUT.")] = False,
     skip_done: Annotated[
         bool,
@@ -393,7 +401,7 @@ def train_command(
                         f" validation {log.validation_score:.3f}"
                     )
 
-                body = run_training(data, setting, config, out, resume=resume, on_epoch=tick)
+                body = run_training(data, setting, config, out, resume=resume, on_epoch=tick, keep_epochs=keep_epochs)
         except RunError as exc:
             raise fail(str(exc)) from None
     _print_summary(body, out, as_json)
