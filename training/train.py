@@ -49,9 +49,9 @@ from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES, TRAIN
 
 RUN_FILE = "run.json"
 VALIDATION_BEST_FILE = "validation-best.pt"
+"""Under ``--selection-epoch last``: the validation argmax's model beside ``best.pt`` (the last epoch's)."""
 EPOCHS_DIR = "epochs"
 """Under ``--keep-epochs``: every epoch's model, ``epoch-NNN.pt`` in ``best.pt``'s format."""
-"""Under ``--selection-epoch last``: the validation argmax's model beside ``best.pt`` (the last epoch's)."""
 ALGOS = tuple(CURRICULA)
 """Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
 
@@ -166,11 +166,10 @@ def run_training(
     if keep_epochs:
         body["keep_epochs"] = True
 
-    def keep_best(score: float, agent: SACAgent, epoch: int) -> None:
-        """best.pt: this epoch's actor and encoder if it beats the kept one's validation score (every epoch under
-        :attr:`SACConfig.selection_epoch` ``"last"``)."""
+    def keep_best(score: float, model: dict[str, Any]) -> None:
+        """best.pt: this epoch's model (:func:`model_of`) if it beats the kept one's validation score (every epoch
+        under :attr:`SACConfig.selection_epoch` ``"last"``)."""
         nonlocal kept, best
-        model = model_of(agent, epoch)
         if last or score > kept:
             kept = score
             _atomic_save(model, out / "best.pt")
@@ -190,14 +189,15 @@ def run_training(
     def controller_start(score: float, agent: SACAgent) -> None:
         """The untrained policy bids the controller: epoch -1 of model selection."""
         body["controller_validation_score"] = score  # run.json is first written after epoch 0's checkpoint
-        keep_best(score, agent, -1)
+        keep_best(score, model_of(agent, -1))
 
     def checkpoint(log: EpochLog, agent: SACAgent) -> None:
         history.append(asdict(log))
-        keep_best(log.validation_score, agent, log.epoch)
+        model = model_of(agent, log.epoch)
+        keep_best(log.validation_score, model)
         if keep_epochs:
             (out / EPOCHS_DIR).mkdir(exist_ok=True)
-            _atomic_save(model_of(agent, log.epoch), out / EPOCHS_DIR / f"epoch-{log.epoch:03d}.pt")
+            _atomic_save(model, out / EPOCHS_DIR / f"epoch-{log.epoch:03d}.pt")
         _atomic_save(agent_state(agent, log.epoch + 1), out / "checkpoint.pt")
         _write_json(body, run_file)
         write_curves(history, out, body.get("controller_validation_score"))
