@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from rcb.commands import curves, evaluate, export, market, oracle, replay, serve, simulate, train
+from rcb.commands import curves, evaluate, export, market, oracle, replay, reselect, serve, simulate, train
 from rcb.commands.common import DOCS_EPILOG
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app.command("oracle", epilog=DOCS_EPILOG)(oracle.oracle_command)
 app.command("simulate", epilog=DOCS_EPILOG)(simulate.simulate_command)
 app.command("evaluate", epilog="Metrics and tables: docs/metrics.md. " + DOCS_EPILOG)(evaluate.evaluate_command)
 app.command("train", epilog=DOCS_EPILOG)(train.train_command)
+app.command("reselect", epilog=DOCS_EPILOG)(reselect.reselect_command)
 app.command("export", epilog=DOCS_EPILOG)(export.export_command)
 app.command("curves", epilog=DOCS_EPILOG)(curves.curves_command)
 app.command("serve", epilog="HTTP API: docs/http-api.md. " + DOCS_EPILOG)(serve.serve_command)

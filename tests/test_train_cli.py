@@ -643,8 +643,9 @@ def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(mark
 
 
 def test_keep_epochs_saves_every_epochs_model_and_a_resume_keeps_doing_so(market: Path, tmp_path: Path):
-    """``--keep-epochs``: epochs/epoch-NNN.pt for every epoch, in best.pt's format; the last one is the checkpoint's
-    actor, the kept epoch's is best.pt's; a resume without the flag goes on saving them; off by default."""
+    """``--keep-epochs``: epochs/epoch-NNN.pt for every epoch and controller.pt for the untrained controller, in
+    best.pt's format; the last one is the checkpoint's actor, the kept epoch's is best.pt's; a resume without the
+    flag goes on saving them; off by default."""
     import torch
 
     from training.train import load_best
@@ -653,7 +654,8 @@ def test_keep_epochs_saves_every_epochs_model_and_a_resume_keeps_doing_so(market
     out = tmp_path / "kept"
     result = runner.invoke(app, [*args, "--epochs", "3", "--json", "--keep-epochs", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (out / "epochs").iterdir()) == ["epoch-000.pt", "epoch-001.pt", "epoch-002.pt"]
+    names = ["controller.pt", "epoch-000.pt", "epoch-001.pt", "epoch-002.pt"]  # the controller: candidate -1
+    assert sorted(p.name for p in (out / "epochs").iterdir()) == names
     snapshots = [torch.load(out / "epochs" / f"epoch-{k:03d}.pt", weights_only=False) for k in range(3)]
     assert [s["epoch"] for s in snapshots] == [0, 1, 2]
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
@@ -662,9 +664,9 @@ def test_keep_epochs_saves_every_epochs_model_and_a_resume_keeps_doing_so(market
     assert not all(torch.equal(snapshots[0]["actor"][n], t) for n, t in checkpoint["actor"].items())
     best, body = load_best(out)
     assert body["keep_epochs"] is True
-    if best["epoch"] >= 0:  # the kept epoch's snapshot is best.pt's model (-1: the controller, no snapshot)
-        for name, tensor in best["actor"].items():
-            assert torch.equal(snapshots[best["epoch"]]["actor"][name], tensor), name
+    kept = torch.load(out / "epochs" / names[best["epoch"] + 1], weights_only=False)  # best.pt's model
+    for name, tensor in best["actor"].items():
+        assert torch.equal(kept["actor"][name], tensor), name
     resumed = runner.invoke(app, [*args, "--epochs", "4", "--json", "--resume", "--out", str(out)])
     assert resumed.exit_code == 0, resumed.output
     assert (out / "epochs" / "epoch-003.pt").exists()
@@ -765,3 +767,98 @@ def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(
     generate_market(other, config_with(days_id=8, days_ood=0, impressions_per_day=3000, seed=9), workers=1)
     refused = runner.invoke(app, [*elsewhere, "--data", str(other)])
     assert refused.exit_code != 0 and "--reference plan trains on one market" in refused.output
+
+
+def test_select_from_keeps_the_best_epoch_from_there_on_and_the_argmax_beside(market: Path, tmp_path: Path):
+    """``--select-from N``: best.pt holds the validation argmax among epochs >= N (not the controller, not an
+    earlier epoch), the run records that epoch's score, validation-best.pt holds the plain argmax; the same
+    training as without it; kept on resume; refused past the last epoch and with ``--selection-epoch last``."""
+    from training.epoch_selection import kept_epoch, run_scores
+    from training.train import VALIDATION_BEST_FILE, load_best
+
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    plain, late = tmp_path / "plain", tmp_path / "late"
+    assert runner.invoke(app, [*args, "--epochs", "4", "--json", "--out", str(plain)]).exit_code == 0
+    result = runner.invoke(app, [*args, "--epochs", "4", "--select-from", "2", "--out", str(late)])
+    assert result.exit_code == 0 and "best validation score from epoch 2 on" in result.output, result.output
+    plain_body, late_body = (json.loads((d / "run.json").read_text()) for d in (plain, late))
+    assert [h["validation_scores"] for h in plain_body["history"]] == [
+        h["validation_scores"] for h in late_body["history"]
+    ]
+    assert late_body["config"]["select_from"] == 2
+    late_scores = [h["validation_score"] for h in late_body["history"]]
+    kept = 2 + int(np.argmax(late_scores[2:]))
+    assert load_best(late)[0]["epoch"] == kept
+    assert late_body["best_validation_score"] == late_scores[kept]
+    scores = run_scores(late_body)
+    assert torch.load(late / VALIDATION_BEST_FILE, weights_only=False)["epoch"] == kept_epoch(scores)
+    assert load_best(plain)[0]["epoch"] == kept_epoch(scores)
+    resumed = runner.invoke(app, [*args, "--epochs", "5", "--json", "--resume", "--out", str(late)])
+    assert resumed.exit_code == 0, resumed.output
+    grown = json.loads((late / "run.json").read_text())
+    assert load_best(late)[0]["epoch"] == kept_epoch(run_scores(grown), "best", 2) >= 2
+    refused = runner.invoke(app, [*args, "--epochs", "6", "--resume", "--select-from", "0", "--out", str(late)])
+    assert refused.exit_code == 2 and "--select-from 2" in refused.output
+    past = runner.invoke(app, [*args, "--epochs", "3", "--select-from", "3", "--out", str(tmp_path / "past")])
+    assert past.exit_code == 2 and "select_from must be in 0..2" in past.output
+    with_last = ["--epochs", "3", "--select-from", "1", "--selection-epoch", "last", "--out", str(tmp_path / "wl")]
+    refused_last = runner.invoke(app, [*args, *with_last])
+    assert refused_last.exit_code == 2 and "applies to selection_epoch 'best'" in refused_last.output
+
+
+def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_path: Path):
+    """``rcb reselect``: OUT's best.pt is the snapshot the rule picks, its run.json the run's record with the rule,
+    the kept score and where it came from; it plays in ``rcb evaluate``; a run reselected with its own rule keeps
+    the same epoch as training did; refusals (no snapshots, unfinished, OUT not empty, the run itself, a
+    resume of the reselection) leave nothing behind."""
+    from training.epoch_selection import kept_epoch, run_scores
+    from training.train import load_best
+
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    run_dir = tmp_path / "kept"
+    result = runner.invoke(app, [*args, "--epochs", "4", "--json", "--keep-epochs", "--out", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    body = json.loads((run_dir / "run.json").read_text())
+    assert (run_dir / "epochs" / "controller.pt").is_file()  # start_at_controller: candidate -1 is kept too
+    scores = run_scores(body)
+    for rule, options in (("best", []), ("from2", ["--select-from", "2"]), ("last", ["--selection-epoch", "last"])):
+        out = tmp_path / rule
+        said = runner.invoke(app, ["reselect", str(run_dir), "--out", str(out), "--json", *options])
+        assert said.exit_code == 0, said.output
+        summary = json.loads(said.output)
+        wanted = {"best": kept_epoch(scores), "from2": kept_epoch(scores, "best", 2), "last": 3}[rule]
+        assert summary["epoch"] == wanted and summary["validation_score"] == scores[wanted]
+        saved, new = load_best(out)
+        assert saved["epoch"] == wanted
+        snapshot = torch.load(run_dir / "epochs" / ("controller.pt" if wanted < 0 else f"epoch-{wanted:03d}.pt"))
+        for name, tensor in snapshot["actor"].items():
+            assert torch.equal(saved["actor"][name], tensor), name
+        assert new["reselected_from"] == str(run_dir) and new["reselected_epoch"] == wanted
+        assert new["best_validation_score"] == scores[wanted] and "keep_epochs" not in new
+        assert new["history"] == body["history"] and new["data_fingerprint"] == body["data_fingerprint"]
+    assert load_best(tmp_path / "best")[0]["epoch"] == load_best(run_dir)[0]["epoch"]  # training's own choice
+    assert json.loads((tmp_path / "from2").joinpath("run.json").read_text())["config"]["select_from"] == 2
+    assert json.loads((tmp_path / "last").joinpath("run.json").read_text())["config"]["selection_epoch"] == "last"
+    evaluated = runner.invoke(
+        app, ["evaluate", str(market), "--setting", "sc", "--methods", str(tmp_path / "from2"), "--json"]
+    )
+    assert evaluated.exit_code == 0, evaluated.output
+    # Refusals.
+    plain = tmp_path / "plain"
+    assert runner.invoke(app, [*args, "--epochs", "1", "--json", "--out", str(plain)]).exit_code == 0
+    no_snapshots = runner.invoke(app, ["reselect", str(plain), "--out", str(tmp_path / "n1")])
+    assert no_snapshots.exit_code == 2 and "without --keep-epochs" in no_snapshots.output
+    not_empty = runner.invoke(app, ["reselect", str(run_dir), "--out", str(tmp_path / "best")])
+    assert not_empty.exit_code == 2 and "not an empty directory" in not_empty.output
+    itself = runner.invoke(app, ["reselect", str(run_dir), "--out", str(run_dir)])
+    assert itself.exit_code == 2
+    past = runner.invoke(app, ["reselect", str(run_dir), "--out", str(tmp_path / "n2"), "--select-from", "4"])
+    assert past.exit_code == 2 and "epochs 0-3" in past.output
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(run_dir, unfinished)
+    (unfinished / "run.json").write_text(json.dumps({**body, "status": "training"}))
+    said = runner.invoke(app, ["reselect", str(unfinished), "--out", str(tmp_path / "n3")])
+    assert said.exit_code == 2 and "not finished" in said.output
+    assert not any((tmp_path / n).exists() for n in ("n1", "n2", "n3"))
+    again = runner.invoke(app, [*args, "--epochs", "5", "--resume", "--out", str(tmp_path / "from2")])
+    assert again.exit_code == 2 and "is a reselection of" in again.output

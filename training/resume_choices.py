@@ -36,6 +36,7 @@ SELECTION_CHOICES: dict[str, SelectionChoice] = {
         SelectionChoice("selection_days", "--selection-days", "all", "selects on {!r} days"),
         SelectionChoice("selection_seeds", "--selection-seeds", 1, "selects on {} noise stream(s)"),
         SelectionChoice("selection_epoch", "--selection-epoch", "best", "keeps its {!r} epoch"),
+        SelectionChoice("select_from", "--select-from", 0, "selects from epoch {}"),
     )
 }
 """Model selection's choices, by ``SACConfig`` field."""

@@ -3,13 +3,14 @@
 Layout of ``RUN/``:
 
 * ``run.json``: what was trained (market, setting, algo, config, data fingerprint, status);
-* ``validation-best.pt``: under ``--selection-epoch last`` only, the model the default choice would have kept (the
-  best validation score), in ``best.pt``'s format;
+* ``validation-best.pt``: under ``--selection-epoch last`` or ``--select-from N`` only, the model the default choice
+  would have kept (the best validation score), in ``best.pt``'s format;
 * ``epochs/epoch-NNN.pt``: under ``--keep-epochs`` only, every epoch's model in ``best.pt``'s format (about 0.2 MB
-  each for CBRL), so several selection rules can be read off one run;
+  each for CBRL), and ``epochs/controller.pt`` the untrained controller's under ``start_at_controller``, so
+  several selection rules can be read off one run (``rcb reselect``, :mod:`training.epoch_selection`);
 * ``checkpoint.pt``: the latest state (networks, optimizers, replay-free: collection restarts cleanly);
-* ``best.pt``: the actor with the best validation score so far (model selection on held-out train days), or the
-  latest epoch's under ``--selection-epoch last``;
+* ``best.pt``: the actor with the best validation score so far (model selection on held-out train days; from
+  epoch N on under ``--select-from N``), or the latest epoch's under ``--selection-epoch last``;
 * ``curves.csv`` and ``curves.png``: train and validation score per epoch.
 
 A run directory is a method for ``rcb evaluate`` (its best actor, deterministic).
@@ -43,6 +44,7 @@ from training.agents.sac import (
     transition_dim,
 )
 from training.dayset import DaySet
+from training.epoch_selection import CONTROLLER_EPOCH, EPOCHS_DIR, kept_epoch, run_scores, snapshot_name
 from training.files import atomic_write, atomic_write_text
 from training.market.dataset import Market
 from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES, TRAINING_CHOICES
@@ -50,8 +52,6 @@ from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES, TRAIN
 RUN_FILE = "run.json"
 VALIDATION_BEST_FILE = "validation-best.pt"
 """Under ``--selection-epoch last``: the validation argmax's model beside ``best.pt`` (the last epoch's)."""
-EPOCHS_DIR = "epochs"
-"""Under ``--keep-epochs``: every epoch's model, ``epoch-NNN.pt`` in ``best.pt``'s format."""
 ALGOS = tuple(CURRICULA)
 """Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
 
@@ -106,6 +106,11 @@ def run_training(
         if not resume:
             raise RunError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
         previous = json.loads(run_file.read_text())
+        if previous.get("reselected_from"):
+            raise RunError(
+                f"{out} is a reselection of {previous['reselected_from']} (rcb reselect) and holds no checkpoint;"
+                " resume that run, then reselect again"
+            )
         if previous.get("data_fingerprint") != fingerprint or previous.get("setting") != str(setting):
             raise RunError(f"{out} was trained on other data or another setting; it cannot be resumed here")
         if previous["config"]["algo"] != config.algo:
@@ -142,12 +147,10 @@ def run_training(
             config.controller = reference_controller(market, setting, days)
     days = DaySet.pool([days, *(DaySet.load(other, "train", setting) for other in markets[1:])])
     # start_at_controller: the untrained policy (the controller) is the first candidate of model selection
-    controller_score = previous.get("controller_validation_score") if state is not None else None
-    scores = ([controller_score] if controller_score is not None else []) + [h["validation_score"] for h in history]
-    last = config.selection_epoch == "last"
-    # the validation score of the model best.pt holds (the best so far, or the latest under "last")
-    kept = (scores[-1] if scores else float("-inf")) if last else max(scores, default=float("-inf"))
-    best = max(scores, default=float("-inf"))  # under "last", validation-best.pt holds this one's model
+    scores = run_scores(previous) if state is not None else {}
+    rule = (config.selection_epoch, config.select_from)
+    # validation-best.pt: the plain validation argmax, kept beside a run whose rule may keep another epoch
+    beside = rule != ("best", 0)
     body: dict[str, Any] = {
         "format": "rcb-run/1",
         "market": str(paths[0]),
@@ -159,23 +162,24 @@ def run_training(
         "status": "training",
         "history": history,
     }
-    if controller_score is not None:
-        body["controller_validation_score"] = controller_score
+    if CONTROLLER_EPOCH in scores:
+        body["controller_validation_score"] = scores[CONTROLLER_EPOCH]
     if state is not None and previous.get("keep_epochs"):  # a resumed run keeps its snapshots going
         keep_epochs = True
     if keep_epochs:
         body["keep_epochs"] = True
 
-    def keep_best(score: float, model: dict[str, Any]) -> None:
-        """best.pt: this epoch's model (:func:`model_of`) if it beats the kept one's validation score (every epoch
-        under :attr:`SACConfig.selection_epoch` ``"last"``)."""
-        nonlocal kept, best
-        if last or score > kept:
-            kept = score
+    def keep_best(epoch: int, score: float, model: dict[str, Any]) -> None:
+        """best.pt: this epoch's model (:func:`model_of`) if the run's selection rule now keeps it
+        (:func:`training.epoch_selection.kept_epoch`); validation-best.pt likewise for the plain argmax."""
+        scores[epoch] = score
+        if kept_epoch(scores, *rule) == epoch:
             _atomic_save(model, out / "best.pt")
-        if last and score > best:  # what "best" would have kept, so the two choices compare on one run
-            best = score
+        if beside and kept_epoch(scores) == epoch:  # what "best" would have kept, so the rules compare on one run
             _atomic_save(model, out / VALIDATION_BEST_FILE)
+        if keep_epochs:
+            (out / EPOCHS_DIR).mkdir(exist_ok=True)
+            _atomic_save(model, out / EPOCHS_DIR / snapshot_name(epoch))
 
     def model_of(agent: SACAgent, epoch: int) -> dict[str, Any]:
         """What best.pt (and every model file of the run) holds: the actor and encoder at ``epoch``."""
@@ -189,15 +193,11 @@ def run_training(
     def controller_start(score: float, agent: SACAgent) -> None:
         """The untrained policy bids the controller: epoch -1 of model selection."""
         body["controller_validation_score"] = score  # run.json is first written after epoch 0's checkpoint
-        keep_best(score, model_of(agent, -1))
+        keep_best(CONTROLLER_EPOCH, score, model_of(agent, CONTROLLER_EPOCH))
 
     def checkpoint(log: EpochLog, agent: SACAgent) -> None:
         history.append(asdict(log))
-        model = model_of(agent, log.epoch)
-        keep_best(log.validation_score, model)
-        if keep_epochs:
-            (out / EPOCHS_DIR).mkdir(exist_ok=True)
-            _atomic_save(model, out / EPOCHS_DIR / f"epoch-{log.epoch:03d}.pt")
+        keep_best(log.epoch, log.validation_score, model_of(agent, log.epoch))
         _atomic_save(agent_state(agent, log.epoch + 1), out / "checkpoint.pt")
         _write_json(body, run_file)
         write_curves(history, out, body.get("controller_validation_score"))
@@ -209,7 +209,9 @@ def run_training(
         train(config, days, on_epoch=checkpoint, start_epoch=start_epoch, state=state, on_start=controller_start)
     body["status"] = "done"
     body["train_seconds"] = sum(h.get("seconds", 0.0) for h in history)
-    body["best_validation_score"] = kept  # the kept model's (the last epoch's under selection_epoch "last")
+    kept = kept_epoch(scores, *rule)
+    # the kept model's (the last epoch's under selection_epoch "last")
+    body["best_validation_score"] = float("-inf") if kept is None else scores[kept]
     _write_json(body, run_file)
     return body
 

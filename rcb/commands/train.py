@@ -309,6 +309,17 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    select_from: Annotated[
+        int | None,
+        typer.Option(
+            "--select-from",
+            min=0,
+            help="With --selection-epoch best: the first epoch the run may keep; earlier epochs and the untrained"
+            " controller are not candidates (6: the original problem's first epoch under the default curriculum)."
+            " Default 0 (every epoch).",
+            show_default=False,
+        ),
+    ] = None,
     keep_epochs: Annotated[
         bool,
         typer.Option(
@@ -364,6 +375,7 @@ def train_command(
                 "selection_days": None if selection_days is None else selection_days.value,
                 "selection_seeds": selection_seeds,
                 "selection_epoch": None if selection_epoch is None else selection_epoch.value,
+                "select_from": select_from,
             }
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key, before_the_option in RESUMED_CHOICES.items():
@@ -421,8 +433,14 @@ def _print_summary(body: dict[str, Any], out: Path, as_json: bool, already: bool
     if as_json:
         print_json({**summary, "already_done": already})
     else:
-        last = body.get("config", {}).get("selection_epoch") == "last"
-        kept = "the last epoch's validation score (--selection-epoch last)" if last else "best validation score"
+        config = body.get("config", {})
+        kept = (
+            "the last epoch's validation score (--selection-epoch last)"
+            if config.get("selection_epoch") == "last"
+            else f"best validation score from epoch {config['select_from']} on"
+            if config.get("select_from")
+            else "best validation score"
+        )
         typer.echo(
             f"run in {out}{' (already done, nothing trained)' if already else ''}: {kept}"
             f" {summary['best_validation_score']:.3f} after {plural(summary['epochs'], 'epoch')};"

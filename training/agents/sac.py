@@ -236,6 +236,11 @@ class SACConfig:
     Measured in SC with bootstrap days (RESULTS.md, session 30): the last epoch held out better than the validation
     argmax on ``sparse`` and ``bench`` (alone), but on ``volatile`` two runs of five ended collapsed and the test row
     was lost, so ``"best"`` stays the default."""
+    select_from: int = 0
+    """Under ``selection_epoch`` ``"best"``: the first epoch model selection may keep; the earlier epochs and the
+    untrained controller are then not candidates (:mod:`training.epoch_selection`). 0: every epoch and the
+    controller. 6 is the first epoch of the original problem under the default curriculum (3 + 3 relaxed
+    epochs)."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -271,6 +276,12 @@ class SACConfig:
             raise ValueError(
                 f"selection_epoch must be one of {', '.join(SELECTION_EPOCHS)}, not {self.selection_epoch!r}"
             )
+        if self.select_from < 0 or (self.select_from and self.select_from >= self.epochs):
+            raise ValueError(
+                f"select_from must be in 0..{self.epochs - 1} (an epoch of the run), not {self.select_from}"
+            )
+        if self.select_from and self.selection_epoch != "best":
+            raise ValueError("select_from applies to selection_epoch 'best' (the last epoch is past it anyway)")
         if not self.curriculum:
             stages = CURRICULA[self.algo]
             if self.algo == "uscb":  # CURRICULA's uscb and rcpo entries are one stage of their own kind

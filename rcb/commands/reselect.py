@@ -1,0 +1,57 @@
+"""`rcb reselect`: keep another epoch of a finished `--keep-epochs` run, without training again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rcb.commands.common import check_output_dir, fail, print_json, user_errors
+from rcb.commands.train import SelectionEpochChoice
+
+
+def reselect_command(
+    run: Annotated[Path, typer.Argument(help="A finished run directory trained with rcb train --keep-epochs.")],
+    out: Annotated[Path, typer.Option("--out", help="New (or empty) run directory to write.")],
+    selection_epoch: Annotated[
+        SelectionEpochChoice,
+        typer.Option(
+            "--selection-epoch", help="'best' (the validation argmax) or 'last' (the last epoch), as rcb train's."
+        ),
+    ] = SelectionEpochChoice.best,
+    select_from: Annotated[
+        int,
+        typer.Option(
+            "--select-from",
+            min=0,
+            help="With best: the first epoch that may be kept; earlier epochs and the untrained controller are not"
+            " candidates (6: the original problem's first epoch under the default curriculum).",
+        ),
+    ] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the choice as JSON.")] = False,
+) -> None:
+    """Write OUT as RUN with the epoch a selection rule keeps as its model (best.pt), read off RUN's recorded
+    validation scores and its epochs/ snapshots; OUT is a run directory for rcb evaluate and rcb export."""
+    from training.epoch_selection import SelectionError, reselect
+
+    with user_errors():
+        check_output_dir(out)
+        try:
+            body = reselect(run, out, selection_epoch.value, select_from)
+        except SelectionError as exc:
+            raise fail(str(exc)) from None
+    summary = {
+        "out": str(out),
+        "run": str(run),
+        "epoch": body["reselected_epoch"],
+        "validation_score": body["best_validation_score"],
+    }
+    if as_json:
+        print_json(summary)
+        return
+    epoch = summary["epoch"]
+    typer.echo(
+        f"{out}: {run} keeping {'the untrained controller' if epoch == -1 else f'epoch {epoch}'}"
+        f" (validation {summary['validation_score']:.3f})"
+    )
