@@ -862,3 +862,59 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
     assert not any((tmp_path / n).exists() for n in ("n1", "n2", "n3"))
     again = runner.invoke(app, [*args, "--epochs", "5", "--resume", "--out", str(tmp_path / "from2")])
     assert again.exit_code == 2 and "is a reselection of" in again.output
+
+
+class _Crash(Exception):
+    """Stands for a process killed between two writes of an epoch."""
+
+
+def test_a_crash_between_an_epochs_writes_resumes_to_the_files_an_uninterrupted_run_holds(
+    market: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """checkpoint.pt (with the record), then run.json, then the model files: killed before best.pt, a resume
+    writes the last epoch's model from the checkpoint; killed before run.json, a resume takes the epoch's record
+    from the checkpoint instead of training that epoch again on networks that already learned it."""
+    import training.train as train_module
+    from training.train import load_best
+
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    save, write = train_module._atomic_save, train_module._write_json
+
+    def crash_at_best_pt(obj, path):
+        if path.name == "best.pt" and obj.get("epoch") == 1:
+            raise _Crash
+        save(obj, path)
+
+    killed = tmp_path / "killed-before-best"
+    monkeypatch.setattr(train_module, "_atomic_save", crash_at_best_pt)
+    options = ["--epochs", "2", "--selection-epoch", "last", "--keep-epochs", "--json", "--out", str(killed)]
+    with pytest.raises(_Crash):
+        runner.invoke(app, [*args, *options], catch_exceptions=False)
+    monkeypatch.setattr(train_module, "_atomic_save", save)
+    assert load_best(killed)[0]["epoch"] == 0 and not (killed / "epochs" / "epoch-001.pt").exists()
+    resumed = runner.invoke(app, [*args, *options, "--resume"])  # nothing left to train: the files are healed
+    assert resumed.exit_code == 0, resumed.output
+    saved, body = load_best(killed)
+    assert saved["epoch"] == 1 and body["status"] == "done" and len(body["history"]) == 2
+    checkpoint = torch.load(killed / "checkpoint.pt", weights_only=False)
+    snapshot = torch.load(killed / "epochs" / "epoch-001.pt", weights_only=False)
+    for name, tensor in checkpoint["actor"].items():
+        assert torch.equal(saved["actor"][name], tensor) and torch.equal(snapshot["actor"][name], tensor), name
+
+    def crash_at_run_json(body, path):
+        if body["status"] == "training" and len(body["history"]) == 2:
+            raise _Crash
+        write(body, path)
+
+    cut = tmp_path / "killed-before-run-json"
+    monkeypatch.setattr(train_module, "_write_json", crash_at_run_json)
+    with pytest.raises(_Crash):
+        runner.invoke(app, [*args, "--epochs", "2", "--json", "--out", str(cut)], catch_exceptions=False)
+    monkeypatch.setattr(train_module, "_write_json", write)
+    assert len(json.loads((cut / "run.json").read_text())["history"]) == 1
+    recorded = torch.load(cut / "checkpoint.pt", weights_only=False)["history"]
+    resumed = runner.invoke(app, [*args, "--epochs", "3", "--json", "--resume", "--out", str(cut)])
+    assert resumed.exit_code == 0, resumed.output
+    history = json.loads((cut / "run.json").read_text())["history"]
+    assert [h["epoch"] for h in history] == [0, 1, 2]
+    assert history[:2] == recorded  # epoch 1 as it was trained, not trained twice

@@ -125,7 +125,11 @@ def run_training(
             kept = choice.recorded(previous["config"])
             if kept != getattr(config, choice.field):
                 raise RunError(f"{out} {choice.refusal.format(kept)}; resume it with {choice.option} {kept}")
+        state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
+        if len(state.get("history") or []) > len(history):  # cut short between checkpoint.pt and run.json
+            history = state["history"]
+            previous["controller_validation_score"] = state.get("controller_validation_score")
         start_epoch = len(history)
         if config.epochs <= start_epoch:  # nothing to train: the record must not take a config it was not run with
             changed = config_differences(previous["config"], config, setting, ignore=("controller", "epochs"))
@@ -133,7 +137,6 @@ def run_training(
                 raise RunError(
                     f"{out} is finished; resuming it trains nothing, yet its config differs ({'; '.join(changed)})"
                 )
-        state = torch.load(out / "checkpoint.pt", weights_only=False)
     elif resume:
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
     if state is not None and config.residual:  # resume with the reference controller the run started with
@@ -147,7 +150,7 @@ def run_training(
             config.controller = reference_controller(market, setting, days)
     days = DaySet.pool([days, *(DaySet.load(other, "train", setting) for other in markets[1:])])
     # start_at_controller: the untrained policy (the controller) is the first candidate of model selection
-    scores = run_scores(previous) if state is not None else {}
+    scores = run_scores({**previous, "history": history}) if state is not None else {}
     rule = (config.selection_epoch, config.select_from)
     # validation-best.pt: the plain validation argmax, kept beside a run whose rule may keep another epoch
     beside = rule != ("best", 0)
@@ -171,7 +174,8 @@ def run_training(
 
     def keep_best(epoch: int, score: float, model: dict[str, Any]) -> None:
         """best.pt: this epoch's model (:func:`model_of`) if the run's selection rule now keeps it
-        (:func:`training.epoch_selection.kept_epoch`); validation-best.pt likewise for the plain argmax."""
+        (:func:`training.epoch_selection.kept_epoch`); validation-best.pt likewise for the plain argmax; the
+        epoch's snapshot under ``keep_epochs``."""
         scores[epoch] = score
         if kept_epoch(scores, *rule) == epoch:
             _atomic_save(model, out / "best.pt")
@@ -196,14 +200,21 @@ def run_training(
         keep_best(CONTROLLER_EPOCH, score, model_of(agent, CONTROLLER_EPOCH))
 
     def checkpoint(log: EpochLog, agent: SACAgent) -> None:
+        """The epoch's record and models, in the order a crash can be recovered from: checkpoint.pt (which holds
+        the record too), then run.json, then the model files, which a resume rewrites from the checkpoint's
+        networks (:func:`heal_models`)."""
         history.append(asdict(log))
-        keep_best(log.epoch, log.validation_score, model_of(agent, log.epoch))
-        _atomic_save(agent_state(agent, log.epoch + 1), out / "checkpoint.pt")
+        record = {"history": history, "controller_validation_score": body.get("controller_validation_score")}
+        _atomic_save({**agent_state(agent, log.epoch + 1), **record}, out / "checkpoint.pt")
         _write_json(body, run_file)
+        keep_best(log.epoch, log.validation_score, model_of(agent, log.epoch))
         write_curves(history, out, body.get("controller_validation_score"))
         if on_epoch:
             on_epoch(log)
 
+    if state is not None and history:  # a crash after the checkpoint may have cut the last epoch's model files
+        last_epoch = int(history[-1]["epoch"])
+        heal_models(keep_best, last_epoch, scores[last_epoch], state, config)
     remaining = config.epochs - start_epoch
     if remaining > 0:
         train(config, days, on_epoch=checkpoint, start_epoch=start_epoch, state=state, on_start=controller_start)
@@ -299,6 +310,21 @@ def reference_planner(market: Market, path: Path, setting: Setting, days: DaySet
         "cost_sd": float(params["cost_sd"]),
         "noise_aware": bool(params.get("noise_aware", False)),
     }
+
+
+def heal_models(
+    keep: Callable[[int, float, dict[str, Any]], None],
+    epoch: int,
+    score: float,
+    state: dict[str, Any],
+    config: SACConfig,
+) -> None:
+    """Rewrite the last recorded epoch's model files (best.pt where the rule keeps it, validation-best.pt, its
+    snapshot) from the checkpoint, whose networks are that epoch's: a run interrupted after its checkpoint and
+    run.json but before those files resumes with the files an uninterrupted run holds. Idempotent."""
+    keep(
+        epoch, score, {"actor": state["actor"], "encoder": state["encoder"], "config": config.to_dict(), "epoch": epoch}
+    )
 
 
 def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
