@@ -8,7 +8,8 @@ Layout of ``RUN/``:
 * ``epochs/epoch-NNN.pt``: under ``--keep-epochs`` only, every epoch's model in ``best.pt``'s format (about 0.2 MB
   each for CBRL), and ``epochs/controller.pt`` the untrained controller's under ``start_at_controller``, so
   several selection rules can be read off one run (``rcb reselect``, :mod:`training.epoch_selection`);
-* ``checkpoint.pt``: the latest state (networks, optimizers, replay-free: collection restarts cleanly);
+* ``checkpoint.pt``: the latest state (networks, optimizers, replay-free: collection restarts cleanly) and the
+  run's record, written first each epoch so an interrupted write is recovered on resume;
 * ``best.pt``: the actor with the best validation score so far (model selection on held-out train days; from
   epoch N on under ``--select-from N``), or the latest epoch's under ``--selection-epoch last``;
 * ``curves.csv`` and ``curves.png``: train and validation score per epoch.
