@@ -49,3 +49,8 @@ def test_run_scores_reads_history_and_the_controller():
     assert run_scores(body) == {0: 0.2, 1: 0.3}
     assert run_scores({**body, "controller_validation_score": 0.25}) == {0: 0.2, 1: 0.3, CONTROLLER_EPOCH: 0.25}
     assert snapshot_name(7) == "epoch-007.pt" and snapshot_name(CONTROLLER_EPOCH) == "controller.pt"
+
+
+def test_a_non_finite_score_is_never_preferred():
+    assert kept_epoch({0: float("nan"), 1: 0.5, 2: 0.9}) == 2
+    assert kept_epoch({0: 0.1, 1: float("nan")}) == 0

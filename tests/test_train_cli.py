@@ -918,3 +918,40 @@ def test_a_crash_between_an_epochs_writes_resumes_to_the_files_an_uninterrupted_
     history = json.loads((cut / "run.json").read_text())["history"]
     assert [h["epoch"] for h in history] == [0, 1, 2]
     assert history[:2] == recorded  # epoch 1 as it was trained, not trained twice
+
+
+def test_a_resume_heals_only_what_the_checkpoint_vouches_for(market: Path, tmp_path: Path):
+    """The heal on resume leaves a kept earlier epoch's best.pt alone, and does nothing with a checkpoint from before
+    the record was written into it (it may be an epoch ahead of run.json: its networks are not the last recorded
+    epoch's); a reselection is refused by ``--skip-done`` too."""
+    from training.train import load_best
+
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    run_dir = tmp_path / "run"
+    options = ["--epochs", "3", "--keep-epochs", "--json", "--out", str(run_dir)]
+    assert runner.invoke(app, [*args, *options]).exit_code == 0
+    kept = load_best(run_dir)[0]
+    assert kept["epoch"] != 2  # on this market the validation argmax is not the last epoch (as above)
+    assert runner.invoke(app, [*args, *options, "--resume"]).exit_code == 0  # nothing to train; the heal runs
+    after = load_best(run_dir)[0]
+    assert after["epoch"] == kept["epoch"]
+    for name, tensor in kept["actor"].items():
+        assert torch.equal(after["actor"][name], tensor), name
+    older = tmp_path / "older"
+    shutil.copytree(run_dir, older)
+    state = torch.load(older / "checkpoint.pt", weights_only=False)
+    del state["history"], state["controller_validation_score"]
+    torch.save(state, older / "checkpoint.pt")  # as written before the record was: after epoch 2 ...
+    body = json.loads((older / "run.json").read_text())
+    (older / "run.json").write_text(json.dumps({**body, "status": "training", "history": body["history"][:2]}))
+    before = torch.load(older / "epochs" / "epoch-001.pt", weights_only=False)  # ... with run.json at epoch 1
+    resumed = runner.invoke(app, [*args, "--epochs", "3", "--json", "--resume", "--out", str(older)])
+    assert resumed.exit_code == 0, resumed.output
+    untouched = torch.load(older / "epochs" / "epoch-001.pt", weights_only=False)
+    for name, tensor in before["actor"].items():
+        assert torch.equal(untouched["actor"][name], tensor), name
+    assert len(json.loads((older / "run.json").read_text())["history"]) == 3
+    reselected = tmp_path / "reselected"
+    assert runner.invoke(app, ["reselect", str(run_dir), "--out", str(reselected)]).exit_code == 0
+    refused = runner.invoke(app, [*args, "--epochs", "3", "--skip-done", "--out", str(reselected)])
+    assert refused.exit_code == 2 and "is a reselection of" in refused.output

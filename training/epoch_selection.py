@@ -20,6 +20,7 @@ Ties go to the earlier epoch (the one kept first).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -52,7 +53,8 @@ def kept_epoch(scores: Mapping[int, float], selection_epoch: str = "best", selec
         raise SelectionError(f"unknown selection_epoch {selection_epoch!r}; choose best or last")
     eligible = [e for e in scores if e >= select_from] if select_from else list(scores)
     candidates = eligible or list(scores)  # not yet at select_from: the best so far
-    return max(candidates, key=lambda e: (scores[e], -e))  # ties: the earlier epoch
+    # ties: the earlier epoch; a non-finite score (a failed evaluation) is never preferred
+    return max(candidates, key=lambda e: (scores[e] if math.isfinite(scores[e]) else -math.inf, -e))
 
 
 def run_scores(body: Mapping[str, Any]) -> dict[int, float]:

@@ -52,7 +52,7 @@ from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES, TRAIN
 
 RUN_FILE = "run.json"
 VALIDATION_BEST_FILE = "validation-best.pt"
-"""Under ``--selection-epoch last``: the validation argmax's model beside ``best.pt`` (the last epoch's)."""
+"""Under ``--selection-epoch last`` or ``--select-from N``: the validation argmax's model beside ``best.pt``."""
 ALGOS = tuple(CURRICULA)
 """Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
 
@@ -213,9 +213,12 @@ def run_training(
         if on_epoch:
             on_epoch(log)
 
-    if state is not None and history:  # a crash after the checkpoint may have cut the last epoch's model files
+    # A crash after the checkpoint may have cut the last epoch's model files and curves short. Only a checkpoint
+    # that holds the record is known to hold that epoch's networks (an older one may be an epoch ahead of run.json).
+    if state is not None and history and "history" in state and state.get("next_epoch") == len(history):
         last_epoch = int(history[-1]["epoch"])
-        heal_models(keep_best, last_epoch, scores[last_epoch], state, config)
+        heal_models(keep_best, last_epoch, scores[last_epoch], state, previous["config"])
+        write_curves(history, out, body.get("controller_validation_score"))
     remaining = config.epochs - start_epoch
     if remaining > 0:
         train(config, days, on_epoch=checkpoint, start_epoch=start_epoch, state=state, on_start=controller_start)
@@ -318,14 +321,13 @@ def heal_models(
     epoch: int,
     score: float,
     state: dict[str, Any],
-    config: SACConfig,
+    trained_with: dict[str, Any],
 ) -> None:
     """Rewrite the last recorded epoch's model files (best.pt where the rule keeps it, validation-best.pt, its
-    snapshot) from the checkpoint, whose networks are that epoch's: a run interrupted after its checkpoint and
-    run.json but before those files resumes with the files an uninterrupted run holds. Idempotent."""
-    keep(
-        epoch, score, {"actor": state["actor"], "encoder": state["encoder"], "config": config.to_dict(), "epoch": epoch}
-    )
+    snapshot) from the checkpoint, whose networks are that epoch's, stamped with the config it was trained with
+    (``trained_with``, the run's recorded one): a run interrupted after its checkpoint and run.json but before those
+    files resumes with the files an uninterrupted run holds. Idempotent."""
+    keep(epoch, score, {"actor": state["actor"], "encoder": state["encoder"], "config": trained_with, "epoch": epoch})
 
 
 def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:

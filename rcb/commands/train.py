@@ -389,6 +389,11 @@ def train_command(
                 auto_curriculum=auto_curriculum,
                 **{k: v for k, v in overrides.items() if v is not None},
             )
+            if finished and finished.get("reselected_from"):
+                raise ValueError(
+                    f"{out} is a reselection of {finished['reselected_from']} (rcb reselect), not a run to train;"
+                    " choose another --out"
+                )
             if finished:  # nothing to train, if it is this run
                 differences = finished_run_differences(finished, data, setting, config)
                 if differences:
