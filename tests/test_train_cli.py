@@ -788,8 +788,9 @@ def test_select_from_keeps_the_best_epoch_from_there_on_and_the_argmax_beside(ma
     assert late_body["config"]["select_from"] == 2
     late_scores = [h["validation_score"] for h in late_body["history"]]
     kept = 2 + int(np.argmax(late_scores[2:]))
-    assert load_best(late)[0]["epoch"] == kept
+    assert load_best(late)[0]["epoch"] == kept == late_body["kept_epoch"]
     assert late_body["best_validation_score"] == late_scores[kept]
+    assert load_best(plain)[0]["epoch"] == plain_body["kept_epoch"]
     scores = run_scores(late_body)
     assert torch.load(late / VALIDATION_BEST_FILE, weights_only=False)["epoch"] == kept_epoch(scores)
     assert load_best(plain)[0]["epoch"] == kept_epoch(scores)
@@ -833,16 +834,19 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
         snapshot = torch.load(run_dir / "epochs" / ("controller.pt" if wanted < 0 else f"epoch-{wanted:03d}.pt"))
         for name, tensor in snapshot["actor"].items():
             assert torch.equal(saved["actor"][name], tensor), name
-        assert new["reselected_from"] == str(run_dir) and new["reselected_epoch"] == wanted
+        assert new["reselected_from"] == str(run_dir) and new["kept_epoch"] == wanted
         assert new["best_validation_score"] == scores[wanted] and "keep_epochs" not in new
         assert new["history"] == body["history"] and new["data_fingerprint"] == body["data_fingerprint"]
     assert load_best(tmp_path / "best")[0]["epoch"] == load_best(run_dir)[0]["epoch"]  # training's own choice
     assert json.loads((tmp_path / "from2").joinpath("run.json").read_text())["config"]["select_from"] == 2
     assert json.loads((tmp_path / "last").joinpath("run.json").read_text())["config"]["selection_epoch"] == "last"
-    evaluated = runner.invoke(
-        app, ["evaluate", str(market), "--setting", "sc", "--methods", str(tmp_path / "from2"), "--json"]
-    )
+    methods = f"{tmp_path / 'from2'},ensemble:pair={tmp_path}/[bl][ae]s*"  # from2 alone; best and last as one
+    evaluation = ["evaluate", str(market), "--setting", "sc", "--methods", methods, "--out", str(tmp_path / "ev")]
+    evaluated = runner.invoke(app, [*evaluation, "--json"])
     assert evaluated.exit_code == 0, evaluated.output
+    tuned = json.loads((tmp_path / "ev" / "meta.json").read_text())["tuned"]
+    assert tuned[str(tmp_path / "from2")]["kept_epoch"] == kept_epoch(scores, "best", 2)  # which epoch played
+    assert tuned["ensemble:pair"]["kept_epoch"] == [kept_epoch(scores), 3]
     # Refusals.
     plain = tmp_path / "plain"
     assert runner.invoke(app, [*args, "--epochs", "1", "--json", "--out", str(plain)]).exit_code == 0

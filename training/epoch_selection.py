@@ -73,7 +73,7 @@ def snapshot_name(epoch: int) -> str:
 def reselect(run: Path, out: Path, selection_epoch: str = "best", select_from: int = 0) -> dict[str, Any]:
     """Write ``out`` as ``run`` with another epoch kept: ``best.pt`` the snapshot the rule picks, run.json the
     run's record with the rule in its config, the kept epoch's score as ``best_validation_score`` and
-    ``reselected_from`` / ``reselected_epoch``. ``run`` must be a finished ``--keep-epochs`` run; ``out`` a new or
+    ``kept_epoch`` and ``reselected_from``. ``run`` must be a finished ``--keep-epochs`` run; ``out`` a new or
     empty directory. ``out`` is a run directory for ``rcb evaluate`` and ``rcb export``, not for ``--resume``
     (train ``run`` further, then reselect again). Returns ``out``'s run.json body."""
     run_file = run / "run.json"
@@ -115,8 +115,8 @@ def reselect(run: Path, out: Path, selection_epoch: str = "best", select_from: i
     new.update(
         config=config,
         best_validation_score=scores[epoch],
+        kept_epoch=epoch,
         reselected_from=str(run),
-        reselected_epoch=epoch,
     )
     atomic_write_text(out / "run.json", json.dumps(new, indent=1, default=str))
     return new

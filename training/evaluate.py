@@ -496,7 +496,7 @@ def _play_run_group(
 ) -> list[pd.DataFrame]:
     """Each run of a group plays the split once, run ``k`` with seed ``k``; its rows are seed ``k``."""
     frames: list[pd.DataFrame] = []
-    record: dict[str, Any] = {"runs": [], "best_validation_score": []}
+    record: dict[str, Any] = {"runs": [], "best_validation_score": [], "kept_epoch": []}
     for seed, run_dir in enumerate(runs):
         bidder, run = run_bidder(run_dir, setting)
         if wrap is not None:
@@ -504,6 +504,7 @@ def _play_run_group(
         record["algo"] = run["algo"]
         record["runs"].append(str(run_dir))
         record["best_validation_score"].append(run["best_validation_score"])
+        record["kept_epoch"].append(run.get("kept_epoch"))
         outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed)
         frames.append(episode_rows(label, seed, days, outcome.delivery, outcome.cost))
         if isinstance(bidder, ShieldedBidder):
@@ -560,7 +561,11 @@ def run_bidder(run_dir: Path, setting: Setting) -> tuple[Bidder, dict[str, Any]]
     bidder, run = load_run_bidder(run_dir)
     if run["setting"] != str(setting):
         raise EvaluationError(f"{run_dir} was trained for {run['setting']}, not {setting}")
-    return bidder, {"algo": run["config"]["algo"], "best_validation_score": run.get("best_validation_score")}
+    return bidder, {
+        "algo": run["config"]["algo"],
+        "best_validation_score": run.get("best_validation_score"),
+        "kept_epoch": run.get("kept_epoch"),
+    }
 
 
 def ensemble_bidder(runs: list[Path], setting: Setting) -> tuple[Bidder, dict[str, Any]]:
@@ -577,6 +582,7 @@ def ensemble_bidder(runs: list[Path], setting: Setting) -> tuple[Bidder, dict[st
         "algo": bodies[0]["config"]["algo"],
         "runs": [str(r) for r in runs],
         "best_validation_score": [b.get("best_validation_score") for b in bodies],
+        "kept_epoch": [b.get("kept_epoch") for b in bodies],
     }
 
 

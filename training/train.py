@@ -207,6 +207,7 @@ def run_training(
         history.append(asdict(log))
         record = {"history": history, "controller_validation_score": body.get("controller_validation_score")}
         _atomic_save({**agent_state(agent, log.epoch + 1), **record}, out / "checkpoint.pt")
+        body["kept_epoch"] = kept_epoch({**scores, log.epoch: log.validation_score}, *rule)  # best.pt's, next
         _write_json(body, run_file)
         keep_best(log.epoch, log.validation_score, model_of(agent, log.epoch))
         write_curves(history, out, body.get("controller_validation_score"))
@@ -227,6 +228,7 @@ def run_training(
     kept = kept_epoch(scores, *rule)
     # the kept model's (the last epoch's under selection_epoch "last")
     body["best_validation_score"] = float("-inf") if kept is None else scores[kept]
+    body["kept_epoch"] = kept
     _write_json(body, run_file)
     return body
 

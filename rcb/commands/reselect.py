@@ -44,7 +44,7 @@ def reselect_command(
     summary = {
         "out": str(out),
         "run": str(run),
-        "epoch": body["reselected_epoch"],
+        "epoch": body["kept_epoch"],
         "validation_score": body["best_validation_score"],
     }
     if as_json:

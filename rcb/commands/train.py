@@ -434,7 +434,12 @@ def _finished_run(out: Path) -> dict[str, Any] | None:
 
 
 def _print_summary(body: dict[str, Any], out: Path, as_json: bool, already: bool = False) -> None:
-    summary = {"out": str(out), "best_validation_score": body["best_validation_score"], "epochs": len(body["history"])}
+    summary = {
+        "out": str(out),
+        "best_validation_score": body["best_validation_score"],
+        "kept_epoch": body.get("kept_epoch"),  # None for a run recorded before it was
+        "epochs": len(body["history"]),
+    }
     if as_json:
         print_json({**summary, "already_done": already})
     else:
