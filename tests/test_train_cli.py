@@ -281,6 +281,7 @@ def test_skip_done_keeps_a_finished_run_of_this_config_and_refuses_another(marke
     assert json.loads(again.output.splitlines()[-1]) == {
         "out": str(out),
         "best_validation_score": json.loads(recorded)["best_validation_score"],
+        "kept_epoch": json.loads(recorded)["kept_epoch"],
         "epochs": 1,
         "already_done": True,
     }
