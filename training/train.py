@@ -187,13 +187,9 @@ def run_training(
             _atomic_save(model, out / EPOCHS_DIR / snapshot_name(epoch))
 
     def model_of(agent: SACAgent, epoch: int) -> dict[str, Any]:
-        """What best.pt (and every model file of the run) holds: the actor and encoder at ``epoch``."""
-        return {
-            "actor": agent.actor.state_dict(),
-            "encoder": agent.encoder.state_dict() if agent.encoder is not None else None,
-            "config": config.to_dict(),
-            "epoch": epoch,
-        }
+        """The agent's actor and encoder at ``epoch`` as a model file (:func:`model_file`)."""
+        encoder = agent.encoder.state_dict() if agent.encoder is not None else None
+        return model_file(agent.actor.state_dict(), encoder, config.to_dict(), epoch)
 
     def controller_start(score: float, agent: SACAgent) -> None:
         """The untrained policy bids the controller: epoch -1 of model selection."""
@@ -203,22 +199,26 @@ def run_training(
     def checkpoint(log: EpochLog, agent: SACAgent) -> None:
         """The epoch's record and models, in the order a crash can be recovered from: checkpoint.pt (which holds
         the record too), then run.json, then the model files, which a resume rewrites from the checkpoint's
-        networks (:func:`heal_models`)."""
+        networks."""
         history.append(asdict(log))
         record = {"history": history, "controller_validation_score": body.get("controller_validation_score")}
         _atomic_save({**agent_state(agent, log.epoch + 1), **record}, out / "checkpoint.pt")
-        body["kept_epoch"] = kept_epoch({**scores, log.epoch: log.validation_score}, *rule)  # best.pt's, next
+        scores[log.epoch] = log.validation_score
+        body["kept_epoch"] = kept_epoch(scores, *rule)  # what best.pt holds once keep_best below has run
         _write_json(body, run_file)
         keep_best(log.epoch, log.validation_score, model_of(agent, log.epoch))
         write_curves(history, out, body.get("controller_validation_score"))
         if on_epoch:
             on_epoch(log)
 
-    # A crash after the checkpoint may have cut the last epoch's model files and curves short. Only a checkpoint
-    # that holds the record is known to hold that epoch's networks (an older one may be an epoch ahead of run.json).
+    # A crash after the checkpoint may have cut the last epoch's model files and curves short: rewrite them from
+    # the checkpoint, whose networks are that epoch's, stamped with the config it was trained with (idempotent).
+    # Only a checkpoint that holds the record is known to hold that epoch's networks (an older one may be an epoch
+    # ahead of run.json).
     if state is not None and history and "history" in state and state.get("next_epoch") == len(history):
         last_epoch = int(history[-1]["epoch"])
-        heal_models(keep_best, last_epoch, scores[last_epoch], state, previous["config"])
+        healed = model_file(state["actor"], state["encoder"], previous["config"], last_epoch)
+        keep_best(last_epoch, scores[last_epoch], healed)
         write_curves(history, out, body.get("controller_validation_score"))
     remaining = config.epochs - start_epoch
     if remaining > 0:
@@ -318,18 +318,12 @@ def reference_planner(market: Market, path: Path, setting: Setting, days: DaySet
     }
 
 
-def heal_models(
-    keep: Callable[[int, float, dict[str, Any]], None],
-    epoch: int,
-    score: float,
-    state: dict[str, Any],
-    trained_with: dict[str, Any],
-) -> None:
-    """Rewrite the last recorded epoch's model files (best.pt where the rule keeps it, validation-best.pt, its
-    snapshot) from the checkpoint, whose networks are that epoch's, stamped with the config it was trained with
-    (``trained_with``, the run's recorded one): a run interrupted after its checkpoint and run.json but before those
-    files resumes with the files an uninterrupted run holds. Idempotent."""
-    keep(epoch, score, {"actor": state["actor"], "encoder": state["encoder"], "config": trained_with, "epoch": epoch})
+def model_file(
+    actor: dict[str, Any], encoder: dict[str, Any] | None, config: dict[str, Any], epoch: int
+) -> dict[str, Any]:
+    """What best.pt, validation-best.pt and every epoch snapshot hold: the actor's and encoder's weights, the config
+    they were trained with and their epoch (-1: the untrained controller)."""
+    return {"actor": actor, "encoder": encoder, "config": config, "epoch": epoch}
 
 
 def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
