@@ -7,8 +7,9 @@ the candidates side by side on such days, beside the tuned PID whose CSR the shi
     python -m training.shield_sweep data/suite/sparse --split train --method onnx:models/default \\
         --config default --config 'asym:tight_above=0' --config 'steep:tight_above=0,roi_alarm=0.1'
 
-``--method`` is ``onnx:MODEL_DIR`` (the card's controller, as the service reads it) or ``ensemble:LABEL=GLOB``
-(training runs; the PID tuned on this market's train days, as their export would write). ``--config NAME``
+``--method`` is ``onnx:MODEL_DIR`` (the card's controller, as the service reads it), ``ensemble:LABEL=GLOB``
+(training runs; the PID tuned on this market's train days, as their export would write) or a tuned baseline such
+as ``plan`` (behind that PID too; ``plan`` plays the train days leave-one-out). ``--config NAME``
 is the code's default setting (not a card's own band, its ``shield`` section, which ``shield:onnx:`` plays);
 ``NAME:FIELD=VALUE,...`` overrides fields of it. The table goes to stdout (``--json``:
 one JSON object); ``--episodes CSV`` writes every row's episodes in ``rcb evaluate``'s ``episodes.csv`` format,
@@ -33,6 +34,7 @@ from training.bidders.base import Bidder, play
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
 from training.evaluate import (
+    BASELINES,
     ENSEMBLE_PREFIX,
     ONNX_PREFIX,
     EvaluationError,
@@ -77,8 +79,8 @@ def inner_bidder(
     method: str, market: Market, setting: Setting, train: Callable[[], DaySet]
 ) -> tuple[Bidder, ControllerGains]:
     """The bidder to shield and the controller of its shield (as ``rcb evaluate``'s ``shield:`` picks it)."""
-    if not method.startswith((ONNX_PREFIX, ENSEMBLE_PREFIX)):
-        raise EvaluationError(f"{method!r}: expected onnx:MODEL_DIR or ensemble:LABEL=GLOB")
+    if not (method.startswith((ONNX_PREFIX, ENSEMBLE_PREFIX)) or method in BASELINES) or method == REFERENCE:
+        raise EvaluationError(f"{method!r}: expected onnx:MODEL_DIR, ensemble:LABEL=GLOB or a baseline other than pid")
     bidder, _ = method_bidder(method, market, setting, train)
     return bidder, shield_gains(bidder, market, setting, train)
 
@@ -113,7 +115,7 @@ def sweep(
 
 def main(
     data: Annotated[Path, typer.Argument(help="A market directory (rcb market generate/import).")],
-    method: Annotated[str, typer.Option(help="onnx:MODEL_DIR or ensemble:LABEL=GLOB.")],
+    method: Annotated[str, typer.Option(help="onnx:MODEL_DIR, ensemble:LABEL=GLOB or a baseline (rm, cem, plan).")],
     config: Annotated[list[str], typer.Option(help="NAME or NAME:FIELD=VALUE,... (repeat).")],
     split: Annotated[str, typer.Option(help="train, validation, test or ood.")] = "train",
     setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.MC,
