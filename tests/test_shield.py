@@ -227,8 +227,15 @@ def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: py
     assert summary["default"]["config"] == asdict(ShieldConfig())
     # A band as wide as the default's widest in every state never acts more often than the default.
     assert summary["open"]["shield_acted_share"] <= summary["default"]["shield_acted_share"]
-    with pytest.raises(EvaluationError, match="onnx:MODEL_DIR or ensemble"):
-        sweep(exported.market, "test", SETTING, str(exported.cbrl_run), configs, seeds=1)
+    for refused in (str(exported.cbrl_run), "pid"):  # a run directory is not one of the forms; pid is the reference
+        with pytest.raises(EvaluationError, match="onnx:MODEL_DIR, ensemble:LABEL=GLOB or a baseline"):
+            sweep(exported.market, "test", SETTING, refused, configs, seeds=1)
+    # A tuned baseline may be the bidder behind the shield: its default row is rcb evaluate's shield:rm.
+    baseline, _ = sweep(exported.market, "test", SETTING, "rm", configs[:1], seeds=1)
+    played = evaluate(Market.open(exported.market), SETTING, "test", parse_methods("rm,shield:rm"), seeds=1)
+    for row, method in (("unshielded", "rm"), ("default", "shield:rm")):
+        assert baseline[row]["ans_median"] == played.summary[method]["ans_median"]
+        assert baseline[row]["csr"] == played.summary[method]["csr"]
     # On validation days, a model with a member that held out another fold is refused (those are its training days).
     import json
     import shutil
