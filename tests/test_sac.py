@@ -14,7 +14,15 @@ from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.features import N_FEATURES
 from model.history import Registration
 from training.agents.networks import PREV_RATIO, TanhGaussianPolicy, TwinQ
-from training.agents.sac import OPTIMIZERS, RESIDUAL_ROI_MARGIN, EpisodeBuffer, PolicyBidder, SACAgent, SACConfig
+from training.agents.sac import (
+    OPTIMIZERS,
+    RESIDUAL_ROI_MARGIN,
+    EpisodeBuffer,
+    PolicyBidder,
+    SACAgent,
+    SACConfig,
+    last_quarter,
+)
 from training.bidders.base import play
 from training.curriculum import PAPER_CURRICULUM, stage_at
 from training.dayset import split_validation
@@ -185,8 +193,25 @@ def test_config_and_validation_split():
     assert SACConfig(algo="cbrl", selection_seeds=2).resolve("sc").selection_seeds == 2
     with pytest.raises(ValueError, match="selection_seeds must be >= 1"):
         SACConfig(algo="cbrl", selection_seeds=0)
+
+    # Bootstrap days and late-epoch selection (the last quarter of the epochs): CBRL in SC since session 32, else off;
+    # a choice given is kept, and under selection_epoch "last" there is no first epoch to select from.
+    def late(setting: str, **kwargs) -> tuple:
+        config = SACConfig(**kwargs).resolve(setting)
+        return config.bootstrap_days, config.select_from
+
+    assert late("sc", algo="cbrl") == (True, 18) and last_quarter(24) == 18
+    assert late("mc", algo="cbrl") == late("sc", algo="crl") == late("mc", algo="crl") == (False, 0)
+    assert [late("sc", algo="cbrl", epochs=e)[1] for e in (1, 2, 3, 4, 8)] == [0, 1, 2, 3, 6]
+    assert late("sc", algo="cbrl", selection_epoch="last") == (True, 0)
+    assert late("sc", algo="cbrl", bootstrap_days=False, select_from=0) == (False, 0)
+    assert late("mc", algo="cbrl", bootstrap_days=True, select_from=5) == (True, 5)
+    assert SACConfig(algo="cbrl").bootstrap_days is None and SACConfig(algo="cbrl").select_from is None
+    with pytest.raises(ValueError, match=r"select_from must be in 0\.\.2"):
+        SACConfig(algo="cbrl", epochs=3, select_from=3)
     config = SACConfig(algo="cbrl").resolve("sc")
     assert config.resolve("mc").roi_margin == 0.0  # idempotent: a value once filled is kept
+    assert (config.bootstrap_days, config.select_from) == (True, 18)
     assert SACConfig(algo="hard").curriculum[0].b is None
     assert [s.b for s in SACConfig(algo="crl").curriculum] == [0.1, 0.2, None]
     # Without the relaxed stages a curriculum algo plays the original problem from the first epoch.

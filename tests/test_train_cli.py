@@ -19,6 +19,11 @@ from training.market.generator import config_with, generate_market
 runner = CliRunner()
 
 
+def sc_cbrl(market: Path) -> list[str]:
+    """``rcb train``'s options for a short SC CBRL run on ``market``."""
+    return ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+
+
 @pytest.fixture(scope="module")
 def market(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("train") / "market"
@@ -593,7 +598,7 @@ def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(mark
 
     from training.train import load_best
 
-    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    args = [*sc_cbrl(market), "--select-from", "0"]  # the plain argmax (SC CBRL defaults to the last quarter)
     by_best, by_last = tmp_path / "best", tmp_path / "last"
     assert runner.invoke(app, [*args, "--epochs", "3", "--json", "--out", str(by_best)]).exit_code == 0
     result = runner.invoke(app, [*args, "--epochs", "3", "--json", "--selection-epoch", "last", "--out", str(by_last)])
@@ -779,7 +784,8 @@ def test_select_from_keeps_the_best_epoch_from_there_on_and_the_argmax_beside(ma
 
     args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
     plain, late = tmp_path / "plain", tmp_path / "late"
-    assert runner.invoke(app, [*args, "--epochs", "4", "--json", "--out", str(plain)]).exit_code == 0
+    plain_args = [*args, "--epochs", "4", "--json", "--select-from", "0", "--out", str(plain)]
+    assert runner.invoke(app, plain_args).exit_code == 0
     result = runner.invoke(app, [*args, "--epochs", "4", "--select-from", "2", "--out", str(late)])
     assert result.exit_code == 0 and "best validation score from epoch 2 on" in result.output, result.output
     plain_body, late_body = (json.loads((d / "run.json").read_text()) for d in (plain, late))
@@ -816,7 +822,7 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
     from training.epoch_selection import kept_epoch, run_scores
     from training.train import load_best
 
-    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    args = [*sc_cbrl(market), "--select-from", "0"]  # the plain argmax (SC CBRL defaults to the last quarter)
     run_dir = tmp_path / "kept"
     result = runner.invoke(app, [*args, "--epochs", "4", "--json", "--keep-epochs", "--out", str(run_dir)])
     assert result.exit_code == 0, result.output
@@ -931,7 +937,7 @@ def test_a_resume_heals_only_what_the_checkpoint_vouches_for(market: Path, tmp_p
     epoch's); a reselection is refused by ``--skip-done`` too."""
     from training.train import load_best
 
-    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    args = [*sc_cbrl(market), "--select-from", "0"]  # the plain argmax (SC CBRL defaults to the last quarter)
     run_dir = tmp_path / "run"
     options = ["--epochs", "3", "--keep-epochs", "--json", "--out", str(run_dir)]
     assert runner.invoke(app, [*args, *options]).exit_code == 0

@@ -152,6 +152,7 @@ def run_training(
     days = DaySet.pool([days, *(DaySet.load(other, "train", setting) for other in markets[1:])])
     # start_at_controller: the untrained policy (the controller) is the first candidate of model selection
     scores = run_scores({**previous, "history": history}) if state is not None else {}
+    assert config.select_from is not None  # resolve() filled it
     rule = (config.selection_epoch, config.select_from)
     # validation-best.pt: the plain validation argmax, kept beside a run whose rule may keep another epoch
     beside = rule != ("best", 0)

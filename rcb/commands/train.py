@@ -264,7 +264,7 @@ def train_command(
         typer.Option(
             "--bootstrap-days/--no-bootstrap-days",
             help="Each epoch, replay every train day as a Poisson(1) resample of its impressions (new luck in the"
-            " day's regime); model selection plays the logged days. Default: off.",
+            " day's regime); model selection plays the logged days. Default: on for cbrl in SC, else off.",
             show_default=False,
         ),
     ] = None,
@@ -316,7 +316,7 @@ def train_command(
             min=0,
             help="With --selection-epoch best: the first epoch the run may keep; earlier epochs and the untrained"
             " controller are not candidates (6: the original problem's first epoch under the default curriculum)."
-            " Default 0 (every epoch).",
+            " Default: for cbrl in SC the last quarter of the epochs (18 of 24), else 0 (every epoch).",
             show_default=False,
         ),
     ] = None,

@@ -96,6 +96,19 @@ the runs were read (more of the suite's 8 test/OOD rows meet the bar, none lost)
 shield met it on 6 rows against 4 with seed 0 alone (RESULTS.md, session 20). MC: 1, not yet measured with more."""
 
 
+LATE_SELECTION: dict[str, bool] = {"mc": False, "sc": True}
+"""Whether a CBRL run of the setting trains on bootstrap days and keeps the validation argmax among the last
+quarter of its epochs, by default (:attr:`SACConfig.bootstrap_days`, :attr:`SACConfig.select_from`). SC: since
+session 32, by a rule fixed before its runs (seeds 20-24, every suite market): the shielded five-run ensemble met
+the bar on every row the previous default met, with a larger summed gap (RESULTS.md, session 32). MC: not
+measured."""
+
+
+def last_quarter(epochs: int) -> int:
+    """The first epoch of a run's last quarter: 18 of 24 epochs (at least one epoch is left out, if there are two)."""
+    return epochs - max(epochs // 4, 1) if epochs > 1 else 0
+
+
 def transition_dim(residual: bool) -> int:
     """``(o_i, a_i, o_{i+1})``: the width of what the posterior encoder reads per step."""
     return 2 * obs_dim(residual) + 1
@@ -197,11 +210,13 @@ class SACConfig:
     """Domain randomization (:mod:`training.domain_randomization`): each collected episode replays its day with
     prices and delivery each scaled by ``exp(U(-spread, spread))``; model selection plays the days unscaled.
     0: off."""
-    bootstrap_days: bool = False
+    bootstrap_days: bool | None = None
     """Bootstrap days (:mod:`training.day_bootstrap`): each epoch, every train day is replayed as a Poisson(1)
     resample of its impressions (fresh each epoch, the same for its ``episodes_per_day`` episodes), so the policy
     meets new luck in the day's regime instead of the logged day's again; model selection plays the logged days.
-    False: off (on SC ``sparse`` it gained no row: RESULTS.md, session 29)."""
+    Alone, with the validation argmax over all epochs, it gained no row on SC ``sparse`` (RESULTS.md, session 29);
+    with late-epoch selection it is the SC default. ``None``: :data:`LATE_SELECTION` of the run's setting for CBRL,
+    else off (:meth:`resolve`)."""
     relaxed_stages: bool = True
     """crl and cbrl: open with the paper's relaxed curriculum stages (cold start ``b`` = 0.1, warm-up 0.2);
     False: the original problem from the first epoch (a residual policy already starts at its controller)."""
@@ -236,13 +251,15 @@ class SACConfig:
     Measured in SC with bootstrap days (RESULTS.md, session 30): the last epoch held out better than the validation
     argmax on ``sparse`` and ``bench`` (alone), but on ``volatile`` two runs of five ended collapsed and the test row
     was lost, so ``"best"`` stays the default."""
-    select_from: int = 0
+    select_from: int | None = None
     """Under ``selection_epoch`` ``"best"``: the first epoch model selection may keep; the earlier epochs and the
     untrained controller are then not candidates (:mod:`training.epoch_selection`). 0: every epoch and the
     controller. 6 is the first epoch of the original problem under the default curriculum (3 + 3 relaxed
-    epochs). Measured in SC with bootstrap days (RESULTS.md, session 31): 6 and 18 each met the bar on 6 of 8 rows of
-    the suite, as the same runs' plain argmax did (``sparse`` missed either way), and alone they held out better
-    than it on ``sparse``, ``shifted`` and ``bench``; 0 stays the default."""
+    epochs). Measured in SC with bootstrap days (RESULTS.md, sessions 31-32): 6 and 18 each met the bar on 6 of 8
+    rows of the suite with seeds 10-14, as the same runs' plain argmax did, and alone they held out better than it on
+    ``sparse``, ``shifted`` and ``bench``; with seeds 20-24, 18 met the rule that made it the SC default. ``None``:
+    for CBRL in a setting of :data:`LATE_SELECTION`, :func:`last_quarter` of the epochs (18 of 24) under ``"best"``;
+    else 0 (:meth:`resolve`)."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -278,12 +295,7 @@ class SACConfig:
             raise ValueError(
                 f"selection_epoch must be one of {', '.join(SELECTION_EPOCHS)}, not {self.selection_epoch!r}"
             )
-        if self.select_from < 0 or (self.select_from and self.select_from >= self.epochs):
-            raise ValueError(
-                f"select_from must be in 0..{self.epochs - 1} (an epoch of the run), not {self.select_from}"
-            )
-        if self.select_from and self.selection_epoch != "best":
-            raise ValueError("select_from applies to selection_epoch 'best' (the last epoch is past it anyway)")
+        self._check_select_from()
         if not self.curriculum:
             stages = CURRICULA[self.algo]
             if self.algo == "uscb":  # CURRICULA's uscb and rcpo entries are one stage of their own kind
@@ -296,14 +308,31 @@ class SACConfig:
 
     def resolve(self, setting: str) -> SACConfig:
         """Fill the defaults that depend on the setting the run trains for (the ROI margin, the start at the
-        controller, the selection seeds); a choice already made is kept. Idempotent; returns ``self``."""
+        controller, the selection seeds, bootstrap days and late-epoch selection); a choice already made is kept.
+        Idempotent; returns ``self``."""
         if self.roi_margin is None:
             self.roi_margin = RESIDUAL_ROI_MARGIN[str(setting)] if self.residual else 0.0
         if self.start_at_controller is None:
             self.start_at_controller = bool(self.residual) and START_AT_CONTROLLER[str(setting)]
         if self.selection_seeds is None:  # without a posterior to sample, every stream plays the same episodes
             self.selection_seeds = SELECTION_SEEDS[str(setting)] if self.bayesian else 1
+        late = self.bayesian and LATE_SELECTION[str(setting)]
+        if self.bootstrap_days is None:
+            self.bootstrap_days = late
+        if self.select_from is None:
+            self.select_from = last_quarter(self.epochs) if late and self.selection_epoch == "best" else 0
+        self._check_select_from()
         return self
+
+    def _check_select_from(self) -> None:
+        if self.select_from is None:  # resolve() fills it
+            return
+        if self.select_from < 0 or (self.select_from and self.select_from >= self.epochs):
+            raise ValueError(
+                f"select_from must be in 0..{self.epochs - 1} (an epoch of the run), not {self.select_from}"
+            )
+        if self.select_from and self.selection_epoch != "best":
+            raise ValueError("select_from applies to selection_epoch 'best' (the last epoch is past it anyway)")
 
     @property
     def bayesian(self) -> bool:
@@ -819,7 +848,7 @@ def train(
             config.episodes_per_day,
             config.seed * 100_003 + epoch,
             config.regime_spread,
-            config.bootstrap_days,
+            bool(config.bootstrap_days),  # resolve() filled it
         )
         # the references the explorer read (a planner's leave-one-out plans, kept: not planned again)
         played = days_reference(agent.controller, days, episode_days(train_days, config.episodes_per_day))
