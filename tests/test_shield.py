@@ -230,12 +230,15 @@ def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: py
     for refused in (str(exported.cbrl_run), "pid"):  # a run directory is not one of the forms; pid is the reference
         with pytest.raises(EvaluationError, match="onnx:MODEL_DIR, ensemble:LABEL=GLOB or a baseline"):
             sweep(exported.market, "test", SETTING, refused, configs, seeds=1)
-    # A tuned baseline may be the bidder behind the shield: its default row is rcb evaluate's shield:rm.
-    baseline, _ = sweep(exported.market, "test", SETTING, "rm", configs[:1], seeds=1)
-    played = evaluate(Market.open(exported.market), SETTING, "test", parse_methods("rm,shield:rm"), seeds=1)
-    for row, method in (("unshielded", "rm"), ("default", "shield:rm")):
-        assert baseline[row]["ans_median"] == played.summary[method]["ans_median"]
-        assert baseline[row]["csr"] == played.summary[method]["csr"]
+    # A tuned baseline may be the bidder behind the shield: its rows are rcb evaluate's, the planner's included, which
+    # plays validation (and train) days each without its own scenario there as it does in rcb evaluate.
+    for baseline_method, split in (("rm", "test"), ("plan", "validation")):
+        baseline, _ = sweep(exported.market, split, SETTING, baseline_method, configs[:1], seeds=1)
+        methods = parse_methods(f"{baseline_method},shield:{baseline_method}")
+        played = evaluate(Market.open(exported.market), SETTING, split, methods, seeds=1)
+        for row, method in (("unshielded", baseline_method), ("default", f"shield:{baseline_method}")):
+            assert baseline[row]["ans_median"] == played.summary[method]["ans_median"], (split, method)
+            assert baseline[row]["csr"] == played.summary[method]["csr"], (split, method)
     # On validation days, a model with a member that held out another fold is refused (those are its training days).
     import json
     import shutil

@@ -966,3 +966,24 @@ def test_a_resume_heals_only_what_the_checkpoint_vouches_for(market: Path, tmp_p
     assert runner.invoke(app, ["reselect", str(run_dir), "--out", str(reselected)]).exit_code == 0
     refused = runner.invoke(app, [*args, "--epochs", "3", "--skip-done", "--out", str(reselected)])
     assert refused.exit_code == 2 and "is a reselection of" in refused.output
+
+
+def test_sc_cbrl_defaults_hold_across_resume_and_skip_done(market: Path, tmp_path: Path):
+    """SC CBRL's defaults (bootstrap days, the last quarter of the epochs) are recorded; a run grown by --resume keeps
+    the select_from it started with, and --skip-done then finds it done (not "select_from 1, not 2"); a resume that
+    would switch bootstrap days mid-run is refused."""
+    run_dir = tmp_path / "grown"
+    base = [*sc_cbrl(market), "--out", str(run_dir), "--json"]
+    assert runner.invoke(app, [*base, "--epochs", "2"]).exit_code == 0
+    config = json.loads((run_dir / "run.json").read_text())["config"]
+    assert (config["bootstrap_days"], config["select_from"]) == (True, 1)  # last_quarter(2)
+    grown = runner.invoke(app, [*base, "--epochs", "3", "--resume"])
+    assert grown.exit_code == 0, grown.output
+    assert json.loads((run_dir / "run.json").read_text())["config"]["select_from"] == 1
+    for _ in range(2):  # scripts/train_one.sh reruns with --skip-done: done, every time
+        again = runner.invoke(app, [*base, "--epochs", "3", "--skip-done"])
+        assert again.exit_code == 0 and json.loads(again.output.splitlines()[-1])["already_done"] is True, again.output
+    other = runner.invoke(app, [*base, "--epochs", "3", "--skip-done", "--select-from", "2"])
+    assert other.exit_code == 2 and "select_from" in other.output
+    switched = runner.invoke(app, [*base, "--epochs", "4", "--resume", "--no-bootstrap-days"])
+    assert switched.exit_code == 2 and "resume it with --bootstrap-days" in switched.output, switched.output

@@ -41,6 +41,7 @@ from training.evaluate import (
     check_split,
     episode_rows,
     method_bidder,
+    own_days_left_out,
     shield_gains,
     split_days,
     summarize,
@@ -76,13 +77,15 @@ def parse_config(text: str) -> tuple[str, ShieldConfig]:
 
 
 def inner_bidder(
-    method: str, market: Market, setting: Setting, train: Callable[[], DaySet]
+    method: str, market: Market, setting: Setting, train: Callable[[], DaySet], split: str, days: DaySet
 ) -> tuple[Bidder, ControllerGains]:
-    """The bidder to shield and the controller of its shield (as ``rcb evaluate``'s ``shield:`` picks it)."""
+    """The bidder to shield on ``days`` of ``split`` and the controller of its shield (as ``rcb evaluate``'s
+    ``shield:`` picks them: a planner plays train and validation days each without its own scenario)."""
     if not (method.startswith((ONNX_PREFIX, ENSEMBLE_PREFIX)) or method in BASELINES) or method == REFERENCE:
         raise EvaluationError(f"{method!r}: expected onnx:MODEL_DIR, ensemble:LABEL=GLOB or a baseline other than pid")
     bidder, _ = method_bidder(method, market, setting, train)
-    return bidder, shield_gains(bidder, market, setting, train)
+    gains = shield_gains(bidder, market, setting, train)
+    return own_days_left_out(bidder, method, split, days, train)[0], gains
 
 
 def sweep(
@@ -93,7 +96,7 @@ def sweep(
     market = Market.open(data)
     check_split([method], market, split)
     days, train = split_days(market, split, setting)
-    inner, gains = inner_bidder(method, market, setting, train)
+    inner, gains = inner_bidder(method, market, setting, train, split, days)
     pid, _ = tuned_baseline(market, REFERENCE, setting, train)
     frames, acted = [], {}
     players: list[tuple[str, Bidder]] = [(REFERENCE, pid), (UNSHIELDED, inner)]

@@ -122,6 +122,13 @@ def run_training(
         corrected = previous["config"].get("reference", "pid")
         if corrected != config.reference:
             raise RunError(f"{out} corrects {corrected}; resume it with --reference {corrected}")
+        # a default that depends on the setting (SC CBRL's since session 32) must not switch mid-run
+        resampled = bool(previous["config"].get("bootstrap_days", TRAINING_CHOICES["bootstrap_days"]))
+        if resampled != config.bootstrap_days:
+            option = "--bootstrap-days" if resampled else "--no-bootstrap-days"
+            raise RunError(
+                f"{out} was trained {'on' if resampled else 'without'} bootstrap days; resume it with {option}"
+            )
         for choice in SELECTION_CHOICES.values():
             kept = choice.recorded(previous["config"])
             if kept != getattr(config, choice.field):

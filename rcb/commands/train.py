@@ -86,6 +86,18 @@ RESUMED_CHOICES: dict[str, Any] = {
 before the option existed had (the behaviour of that time)."""
 
 
+def _default_select_from_when_started(run: dict[str, Any]) -> bool:
+    """Whether a finished run's recorded ``select_from`` is the default's for some epoch count it passed through
+    (the last quarter of a run started shorter and grown by ``--resume``), not a choice of its own."""
+    from training.agents.sac import LATE_SELECTION, last_quarter
+
+    config = run.get("config", {})
+    recorded = config.get("select_from", 0)
+    if config.get("algo") != "cbrl" or not LATE_SELECTION.get(str(run.get("setting")), False) or not recorded:
+        return False
+    return recorded in {last_quarter(e) for e in range(1, len(run.get("history", [])) + 1)}
+
+
 def parse_milestones(text: str) -> tuple[int, ...]:
     """``--lr-milestones``: positive, strictly increasing gradient steps (may be empty: a constant rate)."""
     try:
@@ -381,6 +393,9 @@ def train_command(
                 for key, before_the_option in RESUMED_CHOICES.items():
                     if overrides[key] is None:
                         overrides[key] = resumed.get(key, before_the_option)
+            if finished and select_from is None and _default_select_from_when_started(finished):
+                # the default depends on the epochs a run started with: a run grown by --resume keeps its own
+                overrides["select_from"] = finished["config"]["select_from"]
             if overrides["lr_milestones"] is not None:  # run.json holds a list
                 overrides["lr_milestones"] = tuple(overrides["lr_milestones"])
             config = SACConfig(

@@ -330,6 +330,7 @@ class SACConfig:
         if self.select_from < 0 or (self.select_from and self.select_from >= self.epochs):
             raise ValueError(
                 f"select_from must be in 0..{self.epochs - 1} (an epoch of the run), not {self.select_from}"
+                " (given, or kept from the run being resumed)"
             )
         if self.select_from and self.selection_epoch != "best":
             raise ValueError("select_from applies to selection_epoch 'best' (the last epoch is past it anyway)")
