@@ -432,7 +432,7 @@ def test_validation_fold_holds_out_other_days(market: Path, tmp_path: Path):
     from training.market.dataset import Market
 
     out = tmp_path / "fold-1"
-    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    args = sc_cbrl(market)
     result = runner.invoke(app, [*args, "--out", str(out), "--epochs", "1", "--validation-fold", "1", "--json"])
     assert result.exit_code == 0, result.output
     body = json.loads((out / "run.json").read_text())
@@ -560,7 +560,7 @@ def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path,
     """``--selection-seeds K``: each epoch's validation score is the mean of the policy played with seeds 0..K-1;
     seed 0's is the score a one-stream run records (selection plays no part in training), the choice is
     recorded, and a resume must keep it."""
-    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    args = sc_cbrl(market)
     args += ["--epochs", "2", "--json"]
     one, three = tmp_path / "one", tmp_path / "three"
     assert runner.invoke(app, [*args, "--selection-seeds", "1", "--out", str(one)]).exit_code == 0
@@ -656,7 +656,7 @@ def test_keep_epochs_saves_every_epochs_model_and_a_resume_keeps_doing_so(market
 
     from training.train import load_best
 
-    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    args = sc_cbrl(market)
     out = tmp_path / "kept"
     result = runner.invoke(app, [*args, "--epochs", "3", "--json", "--keep-epochs", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -782,7 +782,7 @@ def test_select_from_keeps_the_best_epoch_from_there_on_and_the_argmax_beside(ma
     from training.epoch_selection import kept_epoch, run_scores
     from training.train import VALIDATION_BEST_FILE, load_best
 
-    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    args = sc_cbrl(market)
     plain, late = tmp_path / "plain", tmp_path / "late"
     plain_args = [*args, "--epochs", "4", "--json", "--select-from", "0", "--out", str(plain)]
     assert runner.invoke(app, plain_args).exit_code == 0
@@ -888,7 +888,7 @@ def test_a_crash_between_an_epochs_writes_resumes_to_the_files_an_uninterrupted_
     import training.train as train_module
     from training.train import load_best
 
-    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5"]
+    args = sc_cbrl(market)
     save, write = train_module._atomic_save, train_module._write_json
 
     def crash_at_best_pt(obj, path):
