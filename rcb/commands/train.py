@@ -87,15 +87,16 @@ before the option existed had (the behaviour of that time)."""
 
 
 def _default_select_from_when_started(run: dict[str, Any]) -> bool:
-    """Whether a finished run's recorded ``select_from`` is the default's for some epoch count it passed through
-    (the last quarter of a run started shorter and grown by ``--resume``), not a choice of its own."""
-    from training.agents.sac import LATE_SELECTION, last_quarter
+    """Whether a finished run's recorded ``select_from`` is the default's (:meth:`SACConfig.resolve`) for some epoch
+    count it passed through (a run started shorter and grown by ``--resume``), not a choice of its own."""
+    from training.agents.sac import SACConfig
 
     config = run.get("config", {})
     recorded = config.get("select_from", 0)
-    if config.get("algo") != "cbrl" or not LATE_SELECTION.get(str(run.get("setting")), False) or not recorded:
-        return False
-    return recorded in {last_quarter(e) for e in range(1, len(run.get("history", [])) + 1)}
+    epochs = range(1, len(run.get("history", [])) + 1)
+    return bool(recorded) and any(
+        SACConfig(algo=config["algo"], epochs=e).resolve(run["setting"]).select_from == recorded for e in epochs
+    )
 
 
 def parse_milestones(text: str) -> tuple[int, ...]:
