@@ -93,15 +93,17 @@ REFERENCES = ("pid", "plan")
 SELECTION_SEEDS: dict[str, int] = {"mc": 1, "sc": 5}
 """The default of :attr:`SACConfig.selection_seeds`, per setting. SC: 5 since session 20, by a rule fixed before
 the runs were read (more of the suite's 8 test/OOD rows meet the bar, none lost): the default's ensembles behind the
-shield met it on 6 rows against 4 with seed 0 alone (RESULTS.md, session 20). MC: 1, not yet measured with more."""
+shield met it on 6 rows against 4 with seed 0 alone (RESULTS.md, session 20). MC: 1; five streams kept the same epoch
+in every run on ``bench`` (session 33, rule N: 25 picks, one moved), so they cost validation time and buy nothing."""
 
 
 LATE_SELECTION: dict[str, bool] = {"mc": False, "sc": True}
 """Whether a CBRL run of the setting trains on bootstrap days and keeps the validation argmax among the last
 quarter of its epochs, by default (:attr:`SACConfig.bootstrap_days`, :attr:`SACConfig.select_from`). SC: since
 session 32, by a rule fixed before its runs (seeds 20-24, every suite market): the shielded five-run ensemble met
-the bar on every row the previous default met, with a larger summed gap (RESULTS.md, session 32). MC: not
-measured."""
+the bar on every row the previous default met, with a larger summed gap (RESULTS.md, session 32). MC: off; its runs
+validate best in the curriculum's first stage, and the last quarter's epochs scored 0.12 lower on ``sparse``'s
+validation days (session 33, rule N: not adopted)."""
 
 
 def last_quarter(epochs: int) -> int:
