@@ -14,10 +14,11 @@ from rcb.cli import app
 from training.agents import sac
 from training.agents.sac import play_days
 from training.bidders.rm import ConstantRatio
-from training.day_bootstrap import bootstrap_log
+from training.day_bootstrap import bootstrap_index, bootstrap_log
 from training.dayset import DaySet, split_validation
 from training.market.dataset import Market
 from training.market.schema import DayLog
+from training.simulator import DayIndex
 
 
 def small_day(counts: list[int], seed: int = 0) -> DayLog:
@@ -65,6 +66,51 @@ def test_resamples_are_drawn_from_the_generator_and_centred_on_the_day():
     assert abs(delivered.mean() - log.delivery.sum()) < 3 * delivered.std() / np.sqrt(len(draws))
 
 
+def tied_day(counts: list[int], seed: int = 0) -> DayLog:
+    """A day whose critical ratios repeat (prices a few multiples of the utility): ties a sort must break alike."""
+    day = small_day(counts, seed)
+    levels = np.random.default_rng(seed + 1).choice([0.5, 1.0, 1.25], day.n_impressions)
+    return DayLog(day.day, day.utility, day.utility * levels, day.delivery, day.cost, day.slot_offsets)
+
+
+INDEX_ARRAYS = ("segment_offsets", "order", "critical", "prefix_delivery", "prefix_cost", "auctions", "bucket_auctions")
+
+
+@pytest.mark.parametrize("make_day", [small_day, tied_day])
+def test_the_resampled_index_is_the_index_of_the_resample(make_day):
+    log = make_day([50, 0, 80, 30, *[5] * 44])  # 48 slots, one empty
+    logged = DayIndex(log)
+    ratios = np.array([0.3, 0.5, 1.0, 1.25, 2.0, 40.0, 4000.0])
+    for seed in range(10):
+        fast = bootstrap_index(logged, np.random.default_rng(seed))
+        slow = DayIndex(bootstrap_log(log, np.random.default_rng(seed)))  # the same draw, indexed from scratch
+        for column in ("utility", "market_price", "delivery", "cost", "slot_offsets"):
+            np.testing.assert_array_equal(getattr(fast.log, column), getattr(slow.log, column))
+        for name in INDEX_ARRAYS:
+            np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
+        for t in range(48):
+            a, b = fast.slot_outcome(t, ratios), slow.slot_outcome(t, ratios)
+            np.testing.assert_array_equal(a.delivery, b.delivery)
+            np.testing.assert_array_equal(a.wins, b.wins)
+            scans = fast.slot_scan(t, 1.0, 3.0), slow.slot_scan(t, 1.0, 3.0)
+            for field in ("delivery", "cost", "wins", "auctions", "total_cost", "exhausted"):
+                np.testing.assert_array_equal(*(getattr(scan, field) for scan in scans))
+    # the logged day's index is untouched
+    np.testing.assert_array_equal(logged.order, DayIndex(log).order)
+
+
+def test_a_bucketed_index_is_resampled_from_scratch_and_bad_counts_are_refused():
+    log = tied_day([20] * 48)
+    fast = bootstrap_index(DayIndex(log, buckets=3), np.random.default_rng(4))
+    slow = DayIndex(bootstrap_log(log, np.random.default_rng(4)), buckets=3)
+    for name in (*INDEX_ARRAYS, "bucket"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
+    with pytest.raises(ValueError, match="one bucket"):
+        DayIndex(log, buckets=3).resampled(log, np.ones(log.n_impressions, dtype=np.int64))
+    with pytest.raises(ValueError, match="one count per impression"):
+        DayIndex(log).resampled(log, np.full(log.n_impressions, 2))
+
+
 def test_collection_replays_resampled_days_with_the_logged_days_normalizer(tiny_market: Market):
     days = DaySet.load(tiny_market, "train", Setting.SC)
     chosen = np.arange(len(days))
@@ -93,11 +139,11 @@ def test_train_records_bootstrap_days_and_a_resumed_run_keeps_it(
 ):
     resampled: list[int] = []  # the days training resampled, in order
 
-    def spy(log: DayLog, rng: np.random.Generator) -> DayLog:
-        resampled.append(log.day)
-        return bootstrap_log(log, rng)
+    def spy(index: DayIndex, rng: np.random.Generator) -> DayIndex:
+        resampled.append(index.day)
+        return bootstrap_index(index, rng)
 
-    monkeypatch.setattr(sac, "bootstrap_log", spy)
+    monkeypatch.setattr(sac, "bootstrap_index", spy)
     out = tmp_path / "run"
     args = ["train", "--data", str(tiny_market.root), "--setting", "sc", "--algo", "crl", "--out", str(out)]
     fast = ["--updates-per-epoch", "2", "--json"]

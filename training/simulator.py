@@ -67,19 +67,50 @@ class DayIndex:
             segment = log.slot * buckets + self.bucket
             grouped = np.argsort(segment, kind="stable")
             counts = np.bincount(segment, minlength=n_segments)
-        self.segment_offsets = np.concatenate([[0], np.cumsum(counts)])
-        self.order = np.empty(n, dtype=np.int64)
-        for lo, hi in zip(self.segment_offsets[:-1].tolist(), self.segment_offsets[1:].tolist(), strict=True):
+        segment_offsets = np.concatenate([[0], np.cumsum(counts)])
+        order = np.empty(n, dtype=np.int64)
+        for lo, hi in zip(segment_offsets[:-1].tolist(), segment_offsets[1:].tolist(), strict=True):
             rows = grouped[lo:hi]
-            self.order[lo:hi] = rows[np.argsort(critical[rows], kind="stable")]  # by critical ratio, stable
-        self.critical = critical[self.order]
+            order[lo:hi] = rows[np.argsort(critical[rows], kind="stable")]  # by critical ratio, stable
+        self._index(segment_offsets, order, critical[order])
+
+    def resampled(self, log: DayLog, copies: np.ndarray) -> DayIndex:
+        """The index of ``log``, this day's rows each repeated ``copies[i]`` times in place (a bootstrap day,
+        :mod:`training.day_bootstrap`), built from this index without sorting again: equal, array for array, to
+        ``DayIndex(log)``. A stable sort of the copies by critical ratio is this index's order with each row
+        repeated: equal ratios keep arrival order, and a row's copies are adjacent in ``log``. One bucket only
+        (a bucketed index draws each row's bucket by its position)."""
+        if self.buckets != 1:
+            raise ValueError("a resampled index needs an index of one bucket")
+        copies = np.asarray(copies, dtype=np.int64)
+        if copies.shape != (self.log.n_impressions,) or log.n_impressions != int(copies.sum()):
+            raise ValueError("copies must give one count per impression of the day, summing to the resample's rows")
+        first_copy = np.cumsum(copies) - copies  # where row i's first copy sits in ``log``
+        repeats = copies[self.order]
+        rows = np.repeat(self.order, repeats)
+        nth_copy = np.arange(rows.size) - np.repeat(np.cumsum(repeats) - repeats, repeats)
+        index = DayIndex.__new__(DayIndex)
+        index.log = log
+        index.day = log.day
+        index.buckets = 1
+        index.bucket = np.zeros(log.n_impressions, dtype=np.int64)
+        index._index(log.slot_offsets.astype(np.int64), first_copy[rows] + nth_copy, np.repeat(self.critical, repeats))
+        return index
+
+    def _index(self, segment_offsets: np.ndarray, order: np.ndarray, critical: np.ndarray) -> None:
+        """Everything a step reads, from the rows sorted per segment: ``order`` (rows by segment, then critical
+        ratio) and ``critical`` (their critical ratios, in that order)."""
+        log = self.log
+        self.segment_offsets = segment_offsets
+        self.order = order
+        self.critical = critical
         # Prefix sums per segment: prefix[lo + s + k] is the sum of the first k sorted items of segment s
         # (each segment gets one leading zero, hence the ``+ s`` shift). Per-segment cumsums keep small
         # segments as accurate as large ones.
         self.prefix_delivery = self._segment_prefix(log.delivery[self.order])
         self.prefix_cost = self._segment_prefix(log.cost[self.order])
         self.auctions = np.diff(log.slot_offsets)
-        self.bucket_auctions = np.diff(self.segment_offsets).reshape(SLOTS_PER_DAY, buckets)
+        self.bucket_auctions = np.diff(self.segment_offsets).reshape(SLOTS_PER_DAY, self.buckets)
         # Per-segment views, so a step does no slicing arithmetic: (critical, prefix_delivery, prefix_cost, order).
         bounds = zip(self.segment_offsets[:-1].tolist(), self.segment_offsets[1:].tolist(), strict=True)
         self._segments = [

@@ -57,12 +57,11 @@ from training.curriculum import (
     USCBStage,
     stage_at,
 )
-from training.day_bootstrap import bootstrap_log
+from training.day_bootstrap import bootstrap_index
 from training.dayset import VALIDATION_FRACTION, DaySet, home_market_days, split_validation, validation_folds
 from training.domain_randomization import draw_regimes
 from training.market.dataset import Market, MarketError
 from training.rewards import DualAscent, constraint_gap
-from training.simulator import DayIndex
 
 CURRICULA: dict[str, tuple[Stage, ...]] = {
     "hard": SPARSE_ONLY,
@@ -777,7 +776,7 @@ def play_days(
         draws = np.random.default_rng([seed, 0xB007])
         indexes = list(indexes)
         for day in np.unique(chosen).tolist():
-            indexes[day] = DayIndex(bootstrap_log(days.logs[day], draws))
+            indexes[day] = bootstrap_index(indexes[day], draws)
     outcome = play(bidder, indexes, episodes, registration, seed, regime)
     oracle = days.oracle_delivery[episodes]
     return outcome, oracle if regime is None else oracle * regime[1]
