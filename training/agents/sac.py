@@ -92,8 +92,9 @@ REFERENCES = ("pid", "plan")
 SELECTION_SEEDS: dict[str, int] = {"mc": 1, "sc": 5}
 """The default of :attr:`SACConfig.selection_seeds`, per setting. SC: 5 since session 20, by a rule fixed before
 the runs were read (more of the suite's 8 test/OOD rows meet the bar, none lost): the default's ensembles behind the
-shield met it on 6 rows against 4 with seed 0 alone (RESULTS.md, session 20). MC: 1; five streams kept the same epoch
-in every run on ``bench`` (session 33, rule N: 25 picks, one moved), so they cost validation time and buy nothing."""
+shield met it on 6 rows against 4 with seed 0 alone (RESULTS.md, session 20). MC: 1; on ``bench`` five streams kept
+the same epoch as one in all five runs (session 33, rule N; one of their five last-quarter picks moved), so they cost
+validation time and buy nothing there."""
 
 
 LATE_SELECTION: dict[str, bool] = {"mc": False, "sc": True}

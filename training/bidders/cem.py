@@ -135,10 +135,10 @@ def tune(
     scores = candidate_scores(lambda _: CEM(profile, **tiled), n_random, train, seed)
     if progress:
         progress("cem")
-    best, _ = best_of(scores, candidates)
-    # As pid.tune: the bidder the tuning cache will give back, scored as played.
-    tuned = from_params(CEM(profile, **best).params())
-    return tuned, float(candidate_scores(lambda _: tuned, 1, train, seed)[0])
+    best, score = best_of(scores, candidates)
+    # As pid.tune: the bidder the tuning cache will give back, with the search's score (a lone replay would draw
+    # other exploration noise: CEM's draws depend on the batch).
+    return from_params(CEM(profile, **best).params()), score
 
 
 def from_params(params: dict[str, Any], train: Callable[[], DaySet] | None = None) -> CEM:
