@@ -86,7 +86,7 @@ def test_the_resampled_index_is_the_index_of_the_resample(make_day):
         slow = DayIndex(bootstrap_log(log, np.random.default_rng(seed)))  # the same draw, indexed from scratch
         for column in ("utility", "market_price", "delivery", "cost", "slot_offsets"):
             np.testing.assert_array_equal(getattr(fast.log, column), getattr(slow.log, column))
-        for name in INDEX_ARRAYS:
+        for name in (*INDEX_ARRAYS, "bucket"):
             np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
         for t in range(48):
             a, b = fast.slot_outcome(t, ratios), slow.slot_outcome(t, ratios)
@@ -109,6 +109,10 @@ def test_a_bucketed_index_is_resampled_from_scratch_and_bad_counts_are_refused()
         DayIndex(log, buckets=3).resampled(log, np.ones(log.n_impressions, dtype=np.int64))
     with pytest.raises(ValueError, match="one count per impression"):
         DayIndex(log).resampled(log, np.full(log.n_impressions, 2))
+    copies = np.zeros(log.n_impressions, dtype=np.int64)
+    copies[0] = log.n_impressions  # as many rows as the day, all in slot 0: not the logged slots' copies
+    with pytest.raises(ValueError, match="slots do not hold the copies"):
+        DayIndex(log).resampled(log, copies)
 
 
 def test_collection_replays_resampled_days_with_the_logged_days_normalizer(tiny_market: Market):

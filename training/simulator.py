@@ -85,7 +85,10 @@ class DayIndex:
         copies = np.asarray(copies, dtype=np.int64)
         if copies.shape != (self.log.n_impressions,) or log.n_impressions != int(copies.sum()):
             raise ValueError("copies must give one count per impression of the day, summing to the resample's rows")
-        first_copy = np.cumsum(copies) - copies  # where row i's first copy sits in ``log``
+        copied_before = np.concatenate([[0], np.cumsum(copies)])
+        if not np.array_equal(copied_before[self.log.slot_offsets], log.slot_offsets):
+            raise ValueError("the resample's slots do not hold the copies of this day's slots")
+        first_copy = copied_before[:-1]  # where row i's first copy sits in ``log``
         repeats = copies[self.order]
         rows = np.repeat(self.order, repeats)
         nth_copy = np.arange(rows.size) - np.repeat(np.cumsum(repeats) - repeats, repeats)
