@@ -351,6 +351,10 @@ class ModelCard(_Strict):
             )
         if sorted(self.files) != sorted(self.expected_files):
             raise ValueError(f"files must list exactly {', '.join(self.expected_files)}; got {', '.join(self.files)}")
+        try:  # the shield's and the fallback's reference: a card the service could not run them from is refused here
+            ControllerGains.with_profile(self.training.traffic_profile, self.training.controller)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"training.controller / traffic_profile: {exc}") from None
         return self
 
     def shield_config(self) -> ShieldConfig:

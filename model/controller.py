@@ -60,6 +60,8 @@ class ControllerGains:
     ) -> ControllerGains:
         """Gains tuned elsewhere (a model card's, a PID baseline's: the :data:`GAIN_FIELDS`), else the defaults,
         with a traffic profile (a model card's, say), else the uniform one."""
+        if tuned is not None and (missing := [k for k in GAIN_FIELDS if k not in tuned]):
+            raise ValueError(f"the gains lack {', '.join(missing)}")
         gains = {k: float(tuned[k]) for k in GAIN_FIELDS} if tuned is not None else {}
         if traffic_profile is not None:
             gains["traffic_profile"] = tuple(float(x) for x in traffic_profile)  # type: ignore[assignment]
@@ -75,8 +77,11 @@ class ControllerGains:
         return {k: float(getattr(self, k)) for k in GAIN_FIELDS}
 
     def __post_init__(self) -> None:
-        if len(self.traffic_profile) != SLOTS_PER_DAY or min(self.traffic_profile) < 0:
-            raise ValueError(f"traffic_profile must hold {SLOTS_PER_DAY} non-negative shares")
+        profile = np.asarray(self.traffic_profile, dtype=np.float64)
+        if profile.shape != (SLOTS_PER_DAY,) or not np.all(np.isfinite(profile) & (profile >= 0)):
+            raise ValueError(f"traffic_profile must hold {SLOTS_PER_DAY} finite non-negative shares")
+        if not all(np.isfinite(getattr(self, name)) for name in GAIN_FIELDS):
+            raise ValueError(f"the gains ({', '.join(GAIN_FIELDS)}) must be finite numbers")
         if not RATIO_FLOOR <= self.initial_ratio <= RATIO_MAX:
             raise ValueError(f"initial_ratio must be in [{RATIO_FLOOR}, {RATIO_MAX}]")
 

@@ -124,9 +124,10 @@ class Episodes:
         fresh = CampaignState.new(campaign, body.episode, body.roi_target, body.budget, self.settings.noise_seed)
         decided = await self.runner.decide_async([fresh])
         state = decided.state(0, fresh)
-        self._count(decided, [campaign])
         stored, created = await self.store.register(campaign, body.episode, state.to_bytes())
-        if not created:  # a concurrent registration of the same episode won: answer its state
+        if created:
+            self._count(decided, [(0, campaign)])
+        else:  # a concurrent registration of the same episode won: answer its state
             state = decode(campaign, stored)
             self._same_constraints(state, body)
         self.cache.put(campaign, state)
@@ -158,7 +159,6 @@ class Episodes:
                 return outcome
             reported = state.reported(update.delivery, update.cost, update.wins, update.auctions)
             decided = self.runner.decide([reported])  # one campaign: ~1 ms, less than a hop to a worker thread
-            self._count(decided, [update.campaign_id])
             new = decided.state(0, reported)
             try:
                 current = await self.store.compare_and_set(
@@ -169,6 +169,7 @@ class Episodes:
                 raise unknown_campaign(update.campaign_id) from None
             if current is None:
                 self._applied(new)
+                self._count(decided, [(0, update.campaign_id)])
                 log.info(
                     "slot applied",
                     extra={
@@ -195,14 +196,16 @@ class Episodes:
         self.cache.put(state.campaign, state)
         self.metrics.slot_updates.labels(result="applied").inc()
 
-    def _count(self, decided: Decided, campaigns: Sequence[str]) -> None:
-        """Decisions by who decided; per campaign: shield actions and slots with out-of-range features."""
-        for kind in set(decided.decided_by):
-            n = decided.decided_by.count(kind)
+    def _count(self, decided: Decided, landed: Sequence[tuple[int, str]]) -> None:
+        """Decisions by who decided; per campaign: shield actions and slots with out-of-range features. ``landed``:
+        ``(row of decided, campaign)`` of the decisions written (one that lost a compare-and-set never served)."""
+        kinds = [decided.decided_by[k] for k, _ in landed]
+        for kind in set(kinds):
+            n = kinds.count(kind)
             self.metrics.decisions.labels(decided_by=kind).inc(n)
             if kind == "fallback":
                 self.metrics.fallbacks.inc(n)
-        for k, campaign in enumerate(campaigns):
+        for k, campaign in landed:
             if decided.decided_by[k] == "shield":
                 self.metrics.shield_actions.labels(campaign=self.metrics.campaign_label(campaign)).inc()
             if decided.out_of_range[k]:
@@ -241,7 +244,6 @@ class Episodes:
             await self._decide_and_write_chunks(cas_many, updates, results, pending)
         elif pending:
             decided = await self.runner.decide_async([s for _, s in pending])
-            self._count(decided, [updates[i].campaign_id for i, _ in pending])
             await self._write_each(updates, results, pending, decided)
         done = [r for r in results if r is not None]
         assert len(done) == n
@@ -323,7 +325,6 @@ class Episodes:
             part = pending[start:stop]
             async with self._lane:
                 decided = await self.runner.decide_in_background([s for _, s in part])
-                self._count(decided, [updates[i].campaign_id for i, _ in part])
                 news = [decided.state(k, reported) for k, (_, reported) in enumerate(part)]
                 writes = []
                 for (i, _), new in zip(part, news, strict=True):
@@ -339,6 +340,9 @@ class Episodes:
                         results[i] = self._error_item(u, store_unavailable(current))
                     else:
                         results[i] = self._written(u, new, current)
+                self._count(
+                    decided, [(k, updates[i].campaign_id) for k, (i, _) in enumerate(part) if currents[k] is None]
+                )
             await self._after_bids()
 
     async def _write_each(
@@ -364,6 +368,8 @@ class Episodes:
                     results[i] = self._error_item(u, store_unavailable(exc))
                     return
             results[i] = self._written(u, new, current)
+            if current is None:
+                self._count(decided, [(k, u.campaign_id)])
 
         await asyncio.gather(*(write(k, i, s) for k, (i, s) in enumerate(pending)))
 

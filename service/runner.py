@@ -27,7 +27,7 @@ import numpy as np
 from anyio import to_thread
 
 from model.artifact import CARD_FILE, Artifact, ArtifactError, load_artifact
-from model.controller import ControllerGains, controller_ratios
+from model.controller import RATIO_FLOOR, ControllerGains, controller_ratios
 from model.features import out_of_range
 from model.history import History
 from model.planner import Depth
@@ -118,8 +118,15 @@ class ModelRunner:
                 if self.policy is None:
                     self.load_error = str(exc)
             raise
+        try:  # the card is validated on reading; this keeps a refusal a refusal whatever slips past it
+            gains, shield_config = artifact.controller_gains(), artifact.shield_config()
+        except (TypeError, ValueError) as exc:
+            error = ArtifactError(f"{directory}: the card's controller or shield cannot run: {exc}")
+            with self._lock:
+                if self.policy is None:
+                    self.load_error = str(error)
+            raise error from None
         policy, version = Policy(artifact), model_version(artifact)
-        gains, shield_config = artifact.controller_gains(), artifact.shield_config()
         with self._lock:
             self.policy, self.version, self.model_dir, self.load_error = policy, version, directory, None
             self.gains, self.shield_config = gains, shield_config
@@ -162,6 +169,8 @@ class ModelRunner:
                 decided_by = ["model"] * len(states)
                 if self.use_shield:
                     ratio, decided_by = self._shielded(groups, histories, ratio, gains, shield_config)
+                    if not np.all(np.isfinite(ratio)):
+                        raise FloatingPointError("the shield produced a non-finite ratio")
                 return Decided(ratio, mean, std, decided_by, version, clipped)
             except Exception as exc:  # any inference failure must fall back, never fail the slot
                 log.error("model inference failed, fallback controller decides", extra={"error": repr(exc)})
@@ -172,6 +181,9 @@ class ModelRunner:
         ratio = np.empty(len(states))
         for rows, history in zip(groups, histories, strict=True):
             ratio[rows] = controller_ratios(history, gains)
+        if not np.all(np.isfinite(ratio)):  # stats the law cannot read (it never happens within the API's bounds)
+            log.error("the fallback controller produced a non-finite ratio; bidding its floor")
+            ratio = np.where(np.isfinite(ratio), ratio, RATIO_FLOOR)
         return Decided(ratio, None, None, fallback, FALLBACK_VERSION, clipped, error)
 
     @staticmethod

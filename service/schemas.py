@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -19,7 +19,7 @@ CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
 def check_id(value: str, what: str = "campaign_id") -> str:
-    if not isinstance(value, str) or not CAMPAIGN_ID.match(value):
+    if not isinstance(value, str) or not CAMPAIGN_ID.fullmatch(value):
         raise ValueError(f"{what} must be 1-128 characters of letters, digits and . _ : -")
     return value
 
@@ -42,7 +42,13 @@ def _finite_non_negative(value: float) -> float:
     return value
 
 
-Amount = Annotated[float, Field(ge=0, allow_inf_nan=False), AfterValidator(_finite_non_negative)]
+MAX_AMOUNT = 1e15
+"""The largest delivery, cost or budget accepted: a day's 48 slots then sum far below float overflow, and no real
+campaign comes near it."""
+ROI_TARGET_RANGE = (1e-6, 1e6)
+"""L's accepted range: wide for any real campaign, narrow enough that L x cost neither overflows nor underflows."""
+
+Amount = Annotated[float, Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False), AfterValidator(_finite_non_negative)]
 Count = Annotated[int, Field(ge=0, le=2**53)]
 
 
@@ -54,9 +60,18 @@ class CampaignRegistration(_Strict):
     """``PUT /v1/campaigns/{campaign_id}``: start (or idempotently re-confirm) an episode."""
 
     episode: EpisodeId
-    roi_target: float = Field(gt=0, allow_inf_nan=False, description="L: the episode must end with delivery/cost >= L")
+    roi_target: float = Field(
+        ge=ROI_TARGET_RANGE[0],
+        le=ROI_TARGET_RANGE[1],
+        allow_inf_nan=False,
+        description="L: the episode must end with delivery/cost >= L (1e-6 to 1e6)",
+    )
     budget: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="B: the day's spend cap; null for none (the SC setting)"
+        default=None,
+        gt=0,
+        le=MAX_AMOUNT,
+        allow_inf_nan=False,
+        description="B: the day's spend cap (at most 1e15); null for none (the SC setting)",
     )
     slots: int = Field(default=SLOTS_PER_DAY, description=f"Slots per episode; models are trained for {SLOTS_PER_DAY}")
     reference: float | None = Field(
@@ -106,6 +121,13 @@ class SlotUpdateBatch(_Strict):
     """``POST /v1/slot-update/batch``: a slot boundary of many campaigns in one call (one model call)."""
 
     updates: list[SlotUpdate] = Field(min_length=1)
+
+
+class SlotUpdateBatchItems(_Strict):
+    """What the batch route parses: :class:`SlotUpdateBatch` with each update left raw, to be validated on its own
+    (one bad item fails only itself; the OpenAPI schema documents :class:`SlotUpdateBatch`)."""
+
+    updates: list[Any] = Field(min_length=1)
 
 
 class SlotAnswer(BaseModel):

@@ -178,6 +178,10 @@ def test_a_residual_card_needs_its_reference_controller(exported: Exported):
             ModelCard.model_validate({**raw, "training": training})
 
 
+GAINS = {"initial_ratio": 1.0, "kp": 0.5, "ki": 0.05, "kd": 0.2, "kp_budget": 1.0, "ki_budget": 0.1}
+"""A valid set of controller gains (model.controller.GAIN_FIELDS), for cards edited one gain at a time."""
+
+
 def _features(edit: Callable[[list[dict[str, Any]]], None]) -> Callable[[dict[str, Any]], None]:
     def apply(raw: dict[str, Any]) -> None:
         edit(raw["features"])
@@ -227,6 +231,22 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
     "invalid shield band": (
         lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trust": -0.2}})),
         "shield.config: need 0 <= trust",
+    ),
+    "controller gain out of range": (
+        lambda d, e: rewrite_card(d, lambda r: r["training"].update(controller={**GAINS, "initial_ratio": 10.0})),
+        "training.controller / traffic_profile: initial_ratio must be in",
+    ),
+    "controller gain missing": (
+        lambda d, e: rewrite_card(d, lambda r: r["training"].update(controller={"initial_ratio": 1.0})),
+        "the gains lack kp",
+    ),
+    "controller gain not finite": (
+        lambda d, e: rewrite_card(d, lambda r: r["training"].update(controller={**GAINS, "kp": float("nan")})),
+        "must be finite numbers",
+    ),
+    "traffic profile length": (
+        lambda d, e: rewrite_card(d, lambda r: r["training"].update(traffic_profile=[1 / 47] * 47)),
+        "traffic_profile must hold 48 finite non-negative shares",
     ),
     "corrupted bytes": (
         lambda d, e: (d / POLICY_FILE).write_bytes((d / POLICY_FILE).read_bytes()[:-10]),

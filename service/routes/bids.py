@@ -84,7 +84,10 @@ def _utilities(values: Any, limit: int, what: str = "utilities") -> np.ndarray:
         raise bad_request(f"{what} must be a non-empty array of numbers")
     if len(values) > limit:
         raise ApiError(413, "too_large", f"at most {limit} utilities per request")
-    array = np.asarray(values) if values else np.zeros(0)
+    try:
+        array = np.asarray(values)
+    except ValueError:  # ragged nesting ([1, [2]], [[1], [2, 3]]): numpy refuses an inhomogeneous shape
+        raise bad_request(f"{what} must be an array of numbers") from None
     if array.ndim != 1 or array.dtype.kind not in "fiu":
         raise bad_request(f"{what} must be an array of numbers")
     array = array.astype(np.float64, copy=False)
@@ -100,7 +103,7 @@ def _check_values(array: np.ndarray, what: str) -> None:
 
 
 def _campaign(value: Any) -> str:
-    if not isinstance(value, str) or not CAMPAIGN_ID.match(value):
+    if not isinstance(value, str) or not CAMPAIGN_ID.fullmatch(value):
         raise bad_request("campaign_id must be 1-128 characters of letters, digits and . _ : -")
     return value
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
+from pydantic import ValidationError
 
 from service.deps import Authorized, EpisodesDep, SettingsDep
 from service.errors import ERROR_RESPONSES, ApiError
-from service.schemas import SlotAnswer, SlotUpdate, SlotUpdateBatch, SlotUpdateBatchAnswer
+from service.schemas import (
+    BatchItem,
+    SlotAnswer,
+    SlotUpdate,
+    SlotUpdateBatchAnswer,
+    SlotUpdateBatchItems,
+)
 
 router = APIRouter(prefix="/v1", tags=["slot updates"], responses=ERROR_RESPONSES, dependencies=[Authorized])
 
@@ -21,12 +30,52 @@ async def slot_update(update: SlotUpdate, episodes: EpisodesDep) -> SlotAnswer:
     return await episodes.apply(update)
 
 
-@router.post("/slot-update/batch", response_model=SlotUpdateBatchAnswer)
+# The request body is documented as SlotUpdateBatch and parsed with each update raw (SlotUpdateBatchItems).
+_BATCH_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SlotUpdateBatch"}}},
+    }
+}
+
+
+@router.post("/slot-update/batch", response_model=SlotUpdateBatchAnswer, openapi_extra=_BATCH_BODY)
 async def slot_update_batch(
-    batch: SlotUpdateBatch, episodes: EpisodesDep, settings: SettingsDep
+    batch: SlotUpdateBatchItems, episodes: EpisodesDep, settings: SettingsDep
 ) -> SlotUpdateBatchAnswer:
     """A slot boundary of many campaigns: one model call for all. One result per update, in order, each with its
     own status (200, or the 404/409/422/503 the single form would answer): one bad item fails only itself."""
     if len(batch.updates) > settings.max_batch_updates:
         raise ApiError(413, "too_large", f"at most {settings.max_batch_updates} updates per batch")
-    return await episodes.apply_batch(batch.updates)
+    results: list[BatchItem | None] = [None] * len(batch.updates)
+    valid: list[tuple[int, SlotUpdate]] = []
+    for i, raw in enumerate(batch.updates):
+        try:
+            valid.append((i, SlotUpdate.model_validate(raw)))
+        except ValidationError as exc:
+            results[i] = _invalid_item(raw, exc)
+    if valid:
+        answered = await episodes.apply_batch([u for _, u in valid])
+        for (i, _), item in zip(valid, answered.results, strict=True):
+            results[i] = item
+    done = [r for r in results if r is not None]
+    applied = sum(1 for r in done if r.answer is not None and not r.answer.replayed)
+    replayed = sum(1 for r in done if r.answer is not None and r.answer.replayed)
+    return SlotUpdateBatchAnswer(
+        results=done, applied=applied, replayed=replayed, failed=len(done) - applied - replayed
+    )
+
+
+def _invalid_item(raw: Any, exc: ValidationError) -> BatchItem:
+    """The 422 of one update that does not validate, as the single form words it."""
+    campaign = raw.get("campaign_id") if isinstance(raw, dict) else None
+    problems = [
+        {"loc": ["updates", *(str(p) for p in e.get("loc", ()))], "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in exc.errors()
+    ]
+    return BatchItem(
+        status=422,
+        campaign_id=campaign if isinstance(campaign, str) else None,
+        error="invalid_request",
+        detail=problems,
+    )

@@ -68,6 +68,16 @@ def update(
     }
 
 
+def metric(text: str, name: str) -> float:
+    """The sum of a Prometheus metric's samples (every label set) in ``/metrics``' text."""
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + " ") or line.startswith(name + "{")
+    ]
+    return sum(values)
+
+
 def rcb_serve(model: Path, store: str = "memory", *args: str, ready_timeout: float = 60, **env: str) -> ServerProcess:
     """``rcb serve`` as its own process on a free port (a context manager), ready when /readyz answers 200.
 

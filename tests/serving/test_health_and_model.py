@@ -14,18 +14,9 @@ from artifact_fixtures import rewrite_card
 from model.contract import RATIO_MAX
 from service.metrics import OTHER_CAMPAIGNS, Metrics
 
-from .app_fixtures import register, serving, update
+from .app_fixtures import metric, register, serving, update
 
 pytestmark = pytest.mark.usefixtures("models")
-
-
-def metric(text: str, name: str) -> float:
-    values = [
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + " ") or line.startswith(name + "{")
-    ]
-    return sum(values)
 
 
 def test_ready_with_a_model_and_a_store(models):
@@ -98,6 +89,33 @@ def test_hot_reload_swaps_the_model_and_a_corrupted_one_is_refused(models, tmp_p
         assert "corrupted" in refused.json()["detail"]
         answer = c.post("/v1/slot-update", json=update(slot=1))
         assert answer.status_code == 200 and answer.json()["model_version"] == before
+        assert c.get("/readyz").json()["model_version"] == before
+
+
+def test_a_card_whose_controller_cannot_run_is_refused_at_start_and_on_reload(models, tmp_path):
+    """The shield's and the fallback's reference must run: a card with an impossible gain is an unloadable model
+    (the fallback serves at start; a reload keeps the model in memory and answers 422), never a crash or a 500."""
+    broken = tmp_path / "broken"
+    shutil.copytree(models.cbrl_model, broken)
+    card = json.loads((broken / "model.json").read_text())
+    card["training"]["controller"] = {
+        "initial_ratio": 10.0,
+        "kp": 0.5,
+        "ki": 0.05,
+        "kd": 0.2,
+        "kp_budget": 1.0,
+        "ki_budget": 0.1,
+    }
+    (broken / "model.json").write_text(json.dumps(card))
+    with serving(broken) as c:
+        assert c.get("/readyz").status_code == 503
+        register(c)
+        assert c.post("/v1/slot-update", json=update()).json()["decided_by"] == "fallback"
+    with serving(models.cbrl_model) as c:
+        before = c.get("/readyz").json()["model_version"]
+        refused = c.post("/v1/admin/reload-model", json={"model_dir": str(broken)})
+        assert refused.status_code == 422 and refused.json()["error"] == "model_refused", refused.text
+        assert "initial_ratio" in refused.json()["detail"]
         assert c.get("/readyz").json()["model_version"] == before
 
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .app_fixtures import register, update
+from .app_fixtures import metric, register, update
 
 pytestmark = pytest.mark.usefixtures("models")
 
@@ -61,7 +61,10 @@ def test_an_unknown_campaign_is_404(client):
         {"slot": 48},
         {"slot": -1},
         {"campaign_id": "bad id"},
+        {"campaign_id": "c1\n"},
         {"extra": 1},
+        {"delivery": 1.1e15},  # above MAX_AMOUNT: a day's sums must not overflow
+        {"cost": 1e308},
     ],
 )
 def test_bad_stats_are_422_and_leave_the_state_alone(client, change):
@@ -83,12 +86,30 @@ def test_non_finite_numbers_are_refused(client, token):
 
 def test_concurrent_identical_updates_apply_once(client):
     register(client)
+    decisions = metric(client.get("/metrics").text, "rcb_decisions_total")  # the registration's
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda _: client.post("/v1/slot-update", json=update(slot=0)), range(50)))
     assert all(a.status_code == 200 for a in answers)
     assert sum(not a.json()["replayed"] for a in answers) == 1
     assert len({a.json()["bid_ratio"] for a in answers}) == 1
     assert client.get("/v1/campaigns/c1").json()["slot"] == 1
+    # a decision that lost the compare-and-set never served: one slot applied, one decision counted
+    assert metric(client.get("/metrics").text, "rcb_decisions_total") == decisions + 1
+
+
+def test_extreme_but_valid_numbers_never_leave_a_non_finite_ratio(client):
+    r = client.put("/v1/campaigns/big", json={"episode": "e1", "roi_target": 1e-6, "budget": 1e15})
+    assert r.status_code == 201, r.text
+    for slot in range(48):
+        big = {"delivery": 1e15 if slot % 2 else 0.0, "cost": 1e15, "wins": 2**53, "auctions": 2**53}
+        answer = client.post("/v1/slot-update", json=update(campaign="big", slot=slot, **big))
+        assert answer.status_code == 200, answer.text
+        assert 0 <= answer.json()["bid_ratio"] <= 4
+    view = client.get("/v1/campaigns/big").json()
+    assert view["cost"] == 48e15 and view["bid_ratio"] == 0
+    for registration in ({"roi_target": 1e-300}, {"roi_target": 1e7}, {"roi_target": 1.0, "budget": 1e16}):
+        r = client.put("/v1/campaigns/tiny", json={"episode": "e1", **registration})
+        assert r.status_code == 422 and r.json()["error"] == "invalid_request", r.text
 
 
 def test_concurrent_different_updates_one_wins_the_rest_409(client):
@@ -121,6 +142,22 @@ def test_a_batch_answers_each_update_on_its_own(client):
     assert r.json()["applied"] == 1 and r.json()["replayed"] == 1 and r.json()["failed"] == 3
 
 
+def test_an_invalid_item_fails_only_itself(client):
+    for c in ("a", "b"):
+        register(client, campaign=c)
+    batch = [update(campaign="a", slot=0), {**update(campaign="b", slot=0), "cost": -1.0}, 7, {"campaign_id": "x"}]
+    r = client.post("/v1/slot-update/batch", json={"updates": batch})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x["status"] for x in results] == [200, 422, 422, 422]
+    assert results[1]["error"] == "invalid_request" and results[1]["campaign_id"] == "b"
+    assert any(p["loc"][-1] == "cost" for p in results[1]["detail"])
+    assert results[2]["campaign_id"] is None and results[3]["campaign_id"] == "x"
+    assert r.json()["applied"] == 1 and r.json()["failed"] == 3
+    assert client.get("/v1/campaigns/a").json()["slot"] == 1 and client.get("/v1/campaigns/b").json()["slot"] == 0
+    assert client.post("/v1/slot-update/batch", json={"updates": []}).status_code == 422
+
+
 def test_a_batch_decides_like_single_updates(models):
     from .app_fixtures import serving
 
@@ -146,3 +183,20 @@ def test_batch_limits(models):
         r = c.post("/v1/slot-update/batch", json={"updates": [update(campaign=f"x{i}") for i in range(4)]})
         assert r.status_code == 413
         assert c.post("/v1/slot-update/batch", json={"updates": []}).status_code == 422
+
+
+@pytest.mark.redis
+def test_decisions_that_lose_the_compare_and_set_are_not_counted(models, redis_server):
+    """On Redis concurrent identical updates interleave: every sender decides, one write lands, one is counted."""
+    from .app_fixtures import serving
+
+    with serving(models.cbrl_model, store=redis_server.url) as c:
+        for k in range(10):
+            register(c, campaign=f"m{k}")
+        before = metric(c.get("/metrics").text, "rcb_decisions_total")
+        with ThreadPoolExecutor(16) as pool:
+            jobs = [update(campaign=f"m{k % 10}", slot=0) for k in range(120)]
+            answers = list(pool.map(lambda body: c.post("/v1/slot-update", json=body), jobs))
+        assert all(a.status_code == 200 for a in answers)
+        assert sum(not a.json()["replayed"] for a in answers) == 10
+        assert metric(c.get("/metrics").text, "rcb_decisions_total") == before + 10
