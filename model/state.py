@@ -30,6 +30,11 @@ COLUMNS: tuple[str, ...] = ("ratios", *SLOT_STATS)
 """Rows of :attr:`CampaignState.stats`: the ratio bid in each finished slot, then what it got."""
 
 
+DECIDER_CODES: dict[str, str] = {"model": "m", "fallback": "f", "shield": "s"}
+"""One letter per ``decided_by`` value, for :attr:`CampaignState.deciders`."""
+_DECIDERS = {code: name for name, code in DECIDER_CODES.items()}
+
+
 class StateError(ValueError):
     """A state blob that is not a campaign state of this format version."""
 
@@ -56,6 +61,11 @@ class CampaignState:
     model_version: str = ""
     decided_by: str = "model"
     """``model``, ``fallback`` (the model could not run) or ``shield`` (a guard moved the model's ratio)."""
+    deciders: str = ""
+    """Who decided each ratio of the episode, one letter a decision (:data:`DECIDER_CODES`): decision ``k`` is the
+    ratio for slot ``k``, the answer to the report of slot ``k - 1``. A replayed report answers from it."""
+    versions: tuple[tuple[int, str], ...] = ()
+    """``(first decision, model version)`` each time the version changed: which model decided each ratio."""
     updated: float = 0.0
     """Unix time of the last write."""
 
@@ -88,7 +98,12 @@ class CampaignState:
         mean: np.ndarray | None = None,
         std: np.ndarray | None = None,
     ) -> CampaignState:
-        """The state with the ratio for slot :attr:`slot` decided (clipped to [0, 4])."""
+        """The state with the ratio for slot :attr:`slot` decided (clipped to [0, 4]); who decided it is kept
+        beside the episode's earlier decisions."""
+        deciders = self.deciders[: self.slot].ljust(self.slot, "?") + DECIDER_CODES.get(decided_by, "?")
+        versions = tuple(v for v in self.versions if v[0] < self.slot)
+        if not versions or versions[-1][1] != model_version:
+            versions += ((self.slot, model_version),)
         return replace(
             self,
             next_ratio=float(np.clip(ratio, RATIO_MIN, RATIO_MAX)),
@@ -96,6 +111,8 @@ class CampaignState:
             posterior_std=None if std is None else tuple(float(v) for v in std),
             model_version=model_version,
             decided_by=decided_by,
+            deciders=deciders,
+            versions=versions,
             updated=time.time(),
         )
 
@@ -120,6 +137,21 @@ class CampaignState:
         if not 0 <= slot < self.slot:
             raise IndexError(f"slot {slot} is not reported yet (next is {self.slot})")
         return self.next_ratio if slot + 1 == self.slot else float(self.column("ratios")[slot + 1])
+
+    def decided_by_at(self, decision: int) -> str:
+        """Who decided the ratio for slot ``decision`` (the current decider where a state written before this was
+        kept does not say)."""
+        code = self.deciders[decision] if 0 <= decision < len(self.deciders) else "?"
+        return _DECIDERS.get(code, self.decided_by)
+
+    def model_version_at(self, decision: int) -> str:
+        """The model version that decided the ratio for slot ``decision`` (likewise)."""
+        version = next((v for first, v in reversed(self.versions) if first <= decision), None)
+        return self.model_version if version is None else version
+
+    def budget_exhausted_after(self, slot: int) -> bool:
+        """Whether the cost reported up to and including slot ``slot`` had reached the budget."""
+        return self.budget is not None and float(self.column("cost")[: slot + 1].sum()) >= self.budget
 
     @property
     def total_delivery(self) -> float:
@@ -164,6 +196,9 @@ class CampaignState:
             "mv": self.model_version,
             "by": self.decided_by,
             "u": self.updated,
+            # Added within format version 1: a reader without them ignores them, and this one does without them.
+            "dby": self.deciders,
+            "mvs": [list(v) for v in self.versions],
         }
         return msgpack.packb(body, use_bin_type=True)
 
@@ -196,6 +231,8 @@ class CampaignState:
                 posterior_std=None if std is None else tuple(float(v) for v in std),
                 model_version=str(body["mv"]),
                 decided_by=str(body["by"]),
+                deciders=str(body.get("dby", "")),
+                versions=tuple((int(first), str(v)) for first, v in body.get("mvs", ())),
                 updated=float(body["u"]),
             )
         except (KeyError, TypeError, ValueError) as exc:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from model.contract import SLOTS_PER_DAY
 from model.state import CampaignState, StateError
 from service.config import Settings
 from service.errors import ApiError, store_unavailable, unknown_campaign
@@ -46,15 +47,18 @@ def decode(campaign: str, stored: Stored) -> CampaignState:
 
 
 def answer(state: CampaignState, slot: int, replayed: bool) -> SlotAnswer:
-    """The answer to the report of ``slot`` (the ratio decided once it was applied)."""
+    """The answer to the report of ``slot``, as it was when that report was applied (a replay answers the same):
+    the ratio then decided, by whom and which model, and whether the budget was then spent. After the last slot
+    there is no slot to bid in: ratio 0, as ``GET`` and ``/v1/bid`` say."""
+    over = slot + 1 >= SLOTS_PER_DAY
     return SlotAnswer(
         campaign_id=state.campaign,
         slot=slot + 1,
-        bid_ratio=state.ratio_after(slot),
-        model_version=state.model_version,
-        decided_by=state.decided_by,  # type: ignore[arg-type]
+        bid_ratio=0.0 if over else state.ratio_after(slot),
+        model_version=state.model_version_at(slot + 1),
+        decided_by=state.decided_by_at(slot + 1),  # type: ignore[arg-type]
         replayed=replayed,
-        budget_exhausted=state.budget_exhausted,
+        budget_exhausted=state.budget_exhausted_after(slot),
     )
 
 

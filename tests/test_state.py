@@ -97,3 +97,22 @@ def test_stacked_histories_observe_like_each_campaign_alone():
     np.testing.assert_array_equal(both[1], observe(b.history())[0])
     with pytest.raises(ValueError, match="same slot"):
         stack_histories([a, a.reported(0, 0, 0, 0)])
+
+
+def test_each_decision_keeps_who_decided_it_and_which_model_and_older_blobs_still_read():
+    state = CampaignState.new("c", "e", 1.0, 10.0, 0).decided(1.5, "v1")
+    state = state.reported(4.0, 3.0, 2, 50).decided(1.7, "v1", "shield").reported(5.0, 8.0, 4, 60)
+    state = state.decided(0.9, "v2", "fallback")
+    assert [state.decided_by_at(k) for k in range(3)] == ["model", "shield", "fallback"]
+    assert [state.model_version_at(k) for k in range(3)] == ["v1", "v1", "v2"]
+    assert state.deciders == "msf" and state.versions == ((0, "v1"), (2, "v2"))
+    assert [state.budget_exhausted_after(s) for s in range(2)] == [False, True]
+    # a blob written before these were kept: every decision reads as the latest's
+    body = msgpack.unpackb(state.to_bytes())
+    del body["dby"], body["mvs"]
+    legacy = CampaignState.from_bytes(msgpack.packb(body))
+    assert [legacy.decided_by_at(k) for k in range(3)] == ["fallback"] * 3
+    assert legacy.model_version_at(0) == "v2"
+    # and the next decision on it starts its own record without inventing the past
+    later = legacy.reported(1.0, 1.0, 1, 10).decided(1.0, "v2")
+    assert later.decided_by_at(3) == "model" and later.decided_by_at(0) == "model"  # unknown past: the latest

@@ -32,6 +32,32 @@ def test_a_resent_update_answers_the_same_and_changes_nothing(client):
     assert client.get("/v1/campaigns/c1").json()["slot"] == 2
 
 
+def test_a_replayed_older_slot_answers_as_it_was_answered(models):
+    """Who decided, which model and the budget flag are the applied answer's, not the campaign's latest."""
+    from .app_fixtures import serving
+
+    with serving(models.cbrl_model) as c:
+        register(c, budget=5.0)
+        first = c.post("/v1/slot-update", json=update(slot=0, cost=2.0)).json()
+        assert first["budget_exhausted"] is False
+        # another model decides the next slot, and the budget runs out
+        assert c.post("/v1/admin/reload-model", json={"model_dir": str(models.hard_model)}).status_code == 200
+        second = c.post("/v1/slot-update", json=update(slot=1, cost=4.0)).json()
+        assert second["budget_exhausted"] is True and second["model_version"] != first["model_version"]
+        again = c.post("/v1/slot-update", json=update(slot=0, cost=2.0)).json()
+        assert again == {**first, "replayed": True}
+        assert c.post("/v1/slot-update", json=update(slot=1, cost=4.0)).json() == {**second, "replayed": True}
+
+
+def test_the_answer_to_the_last_slot_bids_nothing(client):
+    register(client)
+    for slot in range(48):
+        last = client.post("/v1/slot-update", json=update(slot=slot)).json()
+    assert last["slot"] == 48 and last["bid_ratio"] == 0
+    assert client.get("/v1/campaigns/c1").json()["bid_ratio"] == 0
+    assert client.post("/v1/slot-update", json=update(slot=47)).json() == {**last, "replayed": True}
+
+
 def test_other_stats_for_an_applied_slot_and_a_skipped_slot_are_409_with_the_expected_slot(client):
     register(client)
     client.post("/v1/slot-update", json=update(slot=0))
