@@ -181,3 +181,28 @@ def test_subset_refuses_to_overwrite_its_source(generated: Path):
     assert result.exit_code == 2
     assert "must differ" in result.output
     assert len(Market.open(generated).days) == 9
+
+
+def test_a_forced_generate_over_a_bigger_market_leaves_only_its_own_days(tmp_path: Path):
+    from training.market.dataset import MANIFEST, Market
+    from training.market.generator import config_with, generate_market
+
+    out = tmp_path / "m"
+    generate_market(out, config_with(days_id=6, days_ood=2, impressions_per_day=2000, seed=1), workers=1)
+    generate_market(out, config_with(days_id=4, days_ood=0, impressions_per_day=2000, seed=2), workers=1)
+    market = Market.open(out)
+    assert len(market.days) == 4
+    assert sorted(p.name for p in out.glob("*.parquet")) == sorted(e.file for e in market.days)
+    for entry in market.days:
+        market.fingerprint(entry.day)  # every listed file is the one the manifest hashed
+    assert (out / MANIFEST).exists()
+
+
+def test_a_report_path_without_a_suffix_names_the_png_written(tmp_path: Path):
+    from training.market.generator import config_with, generate_market
+
+    market = tmp_path / "m"
+    generate_market(market, config_with(days_id=4, days_ood=0, impressions_per_day=2000, seed=1), workers=1)
+    result = runner.invoke(app, ["market", "report", str(market), "--out", str(tmp_path / "rep")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "rep.png").is_file() and f"plot: {tmp_path / 'rep.png'}" in " ".join(result.output.split())

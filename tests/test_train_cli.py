@@ -902,10 +902,10 @@ def test_a_crash_between_an_epochs_writes_resumes_to_the_files_an_uninterrupted_
     with pytest.raises(_Crash):
         runner.invoke(app, [*args, *options], catch_exceptions=False)
     monkeypatch.setattr(train_module, "_atomic_save", save)
-    assert load_best(killed)[0]["epoch"] == 0 and not (killed / "epochs" / "epoch-001.pt").exists()
+    assert load_best(killed, finished=False)[0]["epoch"] == 0 and not (killed / "epochs" / "epoch-001.pt").exists()
     resumed = runner.invoke(app, [*args, *options, "--resume"])  # nothing left to train: the files are healed
     assert resumed.exit_code == 0, resumed.output
-    saved, body = load_best(killed)
+    saved, body = load_best(killed, finished=False)
     assert saved["epoch"] == 1 and body["status"] == "done" and len(body["history"]) == 2
     checkpoint = torch.load(killed / "checkpoint.pt", weights_only=False)
     snapshot = torch.load(killed / "epochs" / "epoch-001.pt", weights_only=False)
@@ -987,3 +987,52 @@ def test_sc_cbrl_defaults_hold_across_resume_and_skip_done(market: Path, tmp_pat
     assert other.exit_code == 2 and "select_from" in other.output
     switched = runner.invoke(app, [*base, "--epochs", "4", "--resume", "--no-bootstrap-days"])
     assert switched.exit_code == 2 and "resume it with --bootstrap-days" in switched.output, switched.output
+
+
+def test_a_resume_keeps_every_option_not_given_and_refuses_one_that_conflicts(market: Path, tmp_path: Path):
+    out = tmp_path / "kept"
+    args = ["train", "--data", str(market), "--setting", "mc", "--algo", "crl", "--out", str(out)]
+    started = runner.invoke(app, [*args, "--epochs", "1", "--updates-per-epoch", "5", "--seed", "3", "--json"])
+    assert started.exit_code == 0, started.output
+    resumed = runner.invoke(app, [*args, "--epochs", "2", "--resume", "--json"])  # nothing repeated
+    assert resumed.exit_code == 0, resumed.output
+    body = json.loads((out / "run.json").read_text())
+    assert (body["config"]["updates_per_epoch"], body["config"]["seed"]) == (5, 3)
+    assert [h["updates"] for h in body["history"]] == [5, 10]
+    conflict = runner.invoke(app, [*args, "--epochs", "3", "--resume", "--updates-per-epoch", "7"])
+    assert conflict.exit_code == 2 and "updates_per_epoch 5, not 7" in " ".join(conflict.output.split())
+    flag = runner.invoke(app, [*args, "--epochs", "3", "--resume", "--auto-curriculum"])
+    assert flag.exit_code == 2 and "auto_curriculum False, not True" in " ".join(flag.output.split())
+    fewer = runner.invoke(app, [*args, "--epochs", "1", "--resume"])
+    assert fewer.exit_code == 2 and "--epochs 2 or more, not 1" in " ".join(fewer.output.split())
+    after = json.loads((out / "run.json").read_text())
+    assert after["config"] == body["config"] and after["history"] == body["history"]  # nothing rewritten
+
+
+def test_an_unfinished_run_is_not_exported_nor_evaluated(run: Path, market: Path, tmp_path: Path):
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(run, unfinished)
+    body = json.loads((unfinished / "run.json").read_text())
+    (unfinished / "run.json").write_text(json.dumps({**body, "status": "training"}))
+    for runs in (["--run", str(unfinished)], ["--run", str(run), "--run", str(unfinished)]):
+        result = runner.invoke(app, ["export", *runs, "--out", str(tmp_path / "model")])
+        assert result.exit_code == 2 and "not a finished training run" in " ".join(result.output.split())
+        assert not (tmp_path / "model").exists()
+    evaluated = runner.invoke(
+        app, ["evaluate", str(market), "--setting", "sc", "--methods", str(unfinished), "--out", str(tmp_path / "ev")]
+    )
+    assert evaluated.exit_code == 2 and "status 'training'" in " ".join(evaluated.output.split())
+    from training.train import RunError, load_best
+
+    with pytest.raises(RunError, match="status 'training'"):
+        load_best(unfinished)
+
+
+def test_square_brackets_in_an_argument_are_text_in_the_error(market: Path, tmp_path: Path):
+    for pattern in ("runs/[/b]*", "runs/[b]*"):
+        result = runner.invoke(
+            app,
+            ["evaluate", str(market), "--setting", "sc", "--methods", f"x={pattern}", "--out", str(tmp_path / "ev")],
+        )
+        assert result.exit_code == 2, result.output
+        assert f"{pattern} matches no training run" in " ".join(result.output.split())

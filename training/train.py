@@ -23,6 +23,7 @@ import csv
 import datetime as dt
 import hashlib
 import json
+import pickle
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
@@ -139,12 +140,22 @@ def run_training(
             history = state["history"]
             previous["controller_validation_score"] = state.get("controller_validation_score")
         start_epoch = len(history)
-        if config.epochs <= start_epoch:  # nothing to train: the record must not take a config it was not run with
-            changed = config_differences(previous["config"], config, setting, ignore=("controller", "epochs"))
-            if changed:
-                raise RunError(
-                    f"{out} is finished; resuming it trains nothing, yet its config differs ({'; '.join(changed)})"
-                )
+        if config.epochs < start_epoch:
+            raise RunError(
+                f"{out} has trained {start_epoch} epochs; resume it with --epochs {start_epoch} or more, not"
+                f" {config.epochs}"
+            )
+        # the record must not take a config the run was not trained with: its epochs so far used the recorded one
+        changed = config_differences(previous["config"], config, setting, ignore=("controller", "epochs"))
+        if changed and config.epochs == start_epoch:
+            raise RunError(
+                f"{out} is finished; resuming it trains nothing, yet its config differs ({'; '.join(changed)})"
+            )
+        if changed:
+            raise RunError(
+                f"{out} was trained with another config so far ({'; '.join(changed)}); resume it with the options it"
+                " was started with (rcb train --resume keeps those not given; give the seed again)"
+            )
     elif resume:
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
     if state is not None and config.residual:  # resume with the reference controller the run started with
@@ -372,13 +383,23 @@ def write_curves(history: list[dict[str, Any]], out: Path, controller_score: flo
     fig.savefig(out / "curves.png", dpi=110)
 
 
-def load_best(run: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A run directory's ``best.pt`` (actor, encoder, config, epoch; on the CPU) and its ``run.json`` body."""
+def load_best(run: Path, finished: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run directory's ``best.pt`` (actor, encoder, config, epoch; on the CPU) and its ``run.json`` body.
+    ``finished``: refuse a run still training or interrupted (its best.pt is the best of the epochs so far, not the
+    run's model: what export, evaluation and ensembles must not take for it)."""
     run_file = run / RUN_FILE
     if not run_file.exists() or not (run / "best.pt").exists():
         raise RunError(f"{run}: not a finished training run (no {RUN_FILE} or best.pt)")
     body = json.loads(run_file.read_text())
-    return torch.load(run / "best.pt", weights_only=False, map_location="cpu"), body
+    if finished and body.get("status") != "done":
+        raise RunError(
+            f"{run}: not a finished training run (status {body.get('status')!r}); finish it with rcb train --resume"
+        )
+    try:
+        saved = torch.load(run / "best.pt", weights_only=False, map_location="cpu")
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:  # a truncated or foreign file
+        raise RunError(f"{run}: cannot load its best actor from best.pt ({exc})") from None
+    return saved, body
 
 
 def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 console = Console(stderr=True, soft_wrap=True)
@@ -32,7 +33,7 @@ def stdout_console() -> Console:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print a one-line error and return the Exit to raise."""
-    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False)  # [..] in a path is text
     return typer.Exit(code)
 
 

@@ -53,4 +53,4 @@ def curves_command(
         reached = "never" if math.isinf(steps) else f"{steps:,.0f}"
         shared = "—" if math.isinf(share) else f"{share:.2f}"
         typer.echo(f"| {row['method']} | {row['final']:.3f} | {reached} | {shared} |")
-    console.print(f"wrote {path}")
+    console.print(f"wrote {path}", markup=False)

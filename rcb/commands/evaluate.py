@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from model.contract import Setting
 from rcb.commands.common import check_output_dir, console, fail, print_json, progress, user_errors
@@ -126,7 +127,7 @@ def evaluate_command(
             check_output_dir(out)
             chosen = parse_methods(methods)
             for warning in method_warnings(chosen):
-                console.print(f"[yellow]warning:[/] {warning}")
+                console.print(f"[yellow]warning:[/] {escape(warning)}")
             market = Market.open(data_dir)
             if not market.split("train" if day_split == "validation" else day_split):
                 raise EvaluationError(f"{data_dir}: split {day_split!r} has no days")

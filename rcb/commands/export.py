@@ -71,6 +71,11 @@ def export_command(
             for run in runs:
                 if not (run / "run.json").is_file() or not (run / "best.pt").is_file():
                     raise RunError(f"{run}: not a finished training run (no run.json or best.pt)")
+                if json.loads((run / "run.json").read_text()).get("status") != "done":
+                    raise RunError(
+                        f"{run}: not a finished training run (still training or interrupted); finish it"
+                        " with rcb train --resume"
+                    )
             total = _steps(runs[0])
             with progress(quiet=as_json) as bar:
                 task = bar.add_task("exporting: loading the run", total=total)

@@ -154,7 +154,9 @@ def report_command(
     from training.market.report import collect_facts, format_summary, plot, summarize
 
     with user_errors():
-        png = check_output_file(out or data_dir / "report.png", what="--out" if out else "report")
+        png = out or data_dir / "report.png"
+        png = png if png.suffix else png.with_suffix(".png")  # what matplotlib writes for a path without one
+        png = check_output_file(png, what="--out" if out else "report")
         check_output_file(png.with_suffix(".json"), what="--out" if out else "report")
         market = Market.open(data_dir)
         if not market.days:
@@ -170,4 +172,4 @@ def report_command(
         print_json({"png": str(png), "summary": summary})
     else:
         typer.echo(format_summary(summary, title=f"{data_dir}: non-stationarity per split"))
-        console.print(f"plot: {png}, summary: {png.with_suffix('.json')}")
+        console.print(f"plot: {png}, summary: {png.with_suffix('.json')}", markup=False)

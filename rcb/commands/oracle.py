@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from model.contract import Setting
 from rcb.commands.common import console, fail, print_json, progress, stdout_console, user_errors
@@ -56,7 +57,7 @@ def oracle_command(
                 kind.value,
                 days=[e.day for e in entries],
                 progress=lambda _: bar.advance(task),
-                on_warning=lambda message: console.print(f"[yellow]warning:[/] {message}"),
+                on_warning=lambda message: console.print(f"[yellow]warning:[/] {escape(message)}"),
             )
     if as_json:
         for result in results:

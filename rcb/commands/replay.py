@@ -88,4 +88,8 @@ def replay_command(
     from training.evaluation_report import markdown_table
 
     stdout_console().print(markdown_table(evaluation.summary, evaluation.meta), markup=False, highlight=False)
-    console.print(f"model {ready.get('model_version')} ({ready.get('store')} store); outputs in {out}", highlight=False)
+    console.print(
+        f"model {ready.get('model_version')} ({ready.get('store')} store); outputs in {out}",
+        highlight=False,
+        markup=False,
+    )

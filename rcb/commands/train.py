@@ -110,6 +110,12 @@ def parse_milestones(text: str) -> tuple[int, ...]:
     return steps
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given on the command line (or in the environment), not left at its default."""
+    source = ctx.get_parameter_source(name)  # typer's own click enum (vendored since typer 0.20): compared by name
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> dict[str, Any] | None:
     """What a run directory allows, checked before the bar and the work start (training.train checks it again);
     the resumed run's config, or None for a new run."""
@@ -133,6 +139,7 @@ def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> di
 
 
 def train_command(
+    ctx: typer.Context,
     data: Annotated[
         list[Path],
         typer.Option(
@@ -153,7 +160,10 @@ def train_command(
         ),
     ] = Algo.cbrl,
     epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="Training epochs.")] = _default("epochs"),
-    seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds networks, collection and sampling.")] = 0,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", min=0, help="Seeds networks, collection and sampling (0; a resumed run keeps its own)."),
+    ] = None,
     uscb_gamma: Annotated[
         float | None,
         typer.Option("--uscb-gamma", min=1.0, help="uscb: penalty base gamma."),
@@ -391,14 +401,18 @@ def train_command(
                 "select_from": select_from,
             }
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
-                for key, before_the_option in RESUMED_CHOICES.items():
-                    if overrides[key] is None:
-                        overrides[key] = resumed.get(key, before_the_option)
+                for key in overrides:
+                    if key != "epochs" and not _given(ctx, key):
+                        overrides[key] = resumed.get(key, RESUMED_CHOICES.get(key))
+                if not _given(ctx, "auto_curriculum"):
+                    auto_curriculum = bool(resumed.get("auto_curriculum", False))
             if finished and select_from is None and _default_select_from_when_started(finished):
                 # the default depends on the epochs a run started with: a run grown by --resume keeps its own
                 overrides["select_from"] = finished["config"]["select_from"]
             if overrides["lr_milestones"] is not None:  # run.json holds a list
                 overrides["lr_milestones"] = tuple(overrides["lr_milestones"])
+            if seed is None:
+                seed = int(resumed.get("seed", 0)) if resumed is not None else 0
             config = SACConfig(
                 algo=algo.value,
                 seed=seed,

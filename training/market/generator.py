@@ -45,7 +45,7 @@ from training.market.constraints import (
     draw_market_constraints,
     draw_paper_constraints,
 )
-from training.market.dataset import DayEntry, Market, MCConstraints, file_sha256
+from training.market.dataset import DayEntry, Market, MCConstraints, clear_market, file_sha256
 from training.market.logs import write_day
 from training.market.schema import DayLog
 from training.simulator import DayIndex
@@ -357,7 +357,9 @@ def generate_market(out: Path, config: MarketConfig, workers: int | None = None,
     ``progress`` is an optional callable invoked once per finished day.
     """
     check_config(config)
-    out.mkdir(parents=True, exist_ok=True)
+    # A market already there goes first, manifest before its days (as import does): an interrupted rewrite leaves
+    # no manifest pointing at other files, and a rewrite with fewer days no stale day files.
+    clear_market(out)
     splits = split_of_days(config)
     jobs = [(day, split, config, str(out)) for day, split in sorted(splits.items())]
     workers = workers or min(len(jobs), os.cpu_count() or 1)
