@@ -122,9 +122,14 @@ class Episodes:
             )
         stored = await self.store.get(campaign)
         if stored is not None and stored.episode == body.episode:
-            state = decode(campaign, stored)
-            self._same_constraints(state, body)
-            return state, False
+            try:
+                state = decode(campaign, stored)
+            except ApiError:  # unreadable (another format, a damaged blob): re-registering starts the episode anew
+                log.warning("unreadable state replaced by a new registration", extra={"campaign": campaign})
+                await self.store.delete(campaign)
+            else:
+                self._same_constraints(state, body)
+                return state, False
         fresh = CampaignState.new(campaign, body.episode, body.roi_target, body.budget, self.settings.noise_seed)
         decided = await self.runner.decide_async([fresh])
         state = decided.state(0, fresh)

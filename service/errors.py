@@ -17,6 +17,10 @@ from service.store import StoreUnavailable
 log = logging.getLogger("rcb.service")
 
 
+class BodyTooLarge(Exception):
+    """A request body past the size limit, found while it streams in (``service.middleware``)."""
+
+
 class ApiError(Exception):
     """An answer other than success: ``status``, a stable machine-readable ``error`` code and a human ``detail``."""
 
@@ -93,6 +97,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and isinstance(exc.__cause__, BodyTooLarge):  # FastAPI's JSON parse wraps it
+            return error_response(413, "too_large", str(exc.__cause__))
         codes = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "too_large"}
         return error_response(exc.status_code, codes.get(exc.status_code, "http_error"), exc.detail, exc.headers)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import error_response
+from service.errors import BodyTooLarge, error_response
 from service.metrics import Metrics
 
 ROUTES = ("/v1/bid", "/v1/slot-update", "/v1/slot-update/batch", "/healthz", "/readyz", "/metrics", "/ui")
@@ -22,10 +22,6 @@ def route_label(path: str) -> str:
     if path.startswith("/v1/admin/"):
         return path if path == "/v1/admin/reload-model" else "other"
     return "other"
-
-
-class _TooLarge(Exception):
-    pass
 
 
 class LimitsAndMetrics:
@@ -66,7 +62,7 @@ class LimitsAndMetrics:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise _TooLarge
+                    raise BodyTooLarge(f"request body over {limit} bytes")
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -76,7 +72,7 @@ class LimitsAndMetrics:
 
         try:
             await self.app(scope, receive if declared else limited_receive, tracking_send)
-        except _TooLarge:
+        except BodyTooLarge:
             await self._reject(scope, send, status)
         finally:
             self._observe(scope, status["code"], start)

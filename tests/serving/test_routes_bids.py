@@ -102,3 +102,9 @@ def test_size_limits(models):
         big = c.post("/v1/bid?campaign_id=c1", content=b"\x00" * 8192, headers=BINARY)
         assert big.status_code == 413 and big.json()["error"] == "too_large"
         assert c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0] * 10}).status_code == 200
+        # a chunked body (no Content-Length) found too large while it streams into a JSON route: 413 too
+        pad = b'{"updates": [' + b" " * 8192 + b"]}"
+        for path in ("/v1/slot-update/batch", "/v1/campaigns/c2"):
+            send = c.post if path.endswith("batch") else c.put
+            streamed = send(path, content=iter([pad[:4000], pad[4000:]]), headers={"content-type": "application/json"})
+            assert streamed.status_code == 413 and streamed.json()["error"] == "too_large", streamed.text

@@ -226,3 +226,17 @@ def test_decisions_that_lose_the_compare_and_set_are_not_counted(models, redis_s
         assert all(a.status_code == 200 for a in answers)
         assert sum(not a.json()["replayed"] for a in answers) == 10
         assert metric(c.get("/metrics").text, "rcb_decisions_total") == before + 10
+
+
+def test_an_unreadable_state_is_409_and_reregistering_the_episode_starts_it_anew(client):
+    from service.store.base import Stored
+
+    register(client)
+    store = client.app.state.store
+    store._states["c1"] = Stored("e1", 3, b"\x00damaged")  # a damaged blob (or another format's)
+    r = client.post("/v1/slot-update", json=update(slot=3))
+    assert r.status_code == 409 and r.json()["error"] == "unreadable_state" and "re-register" in r.json()["detail"]
+    again = register(client)
+    assert again.status_code == 201, again.text  # as the error says: the episode starts anew
+    assert client.get("/v1/campaigns/c1").json()["slot"] == 0
+    assert client.post("/v1/slot-update", json=update(slot=0)).status_code == 200
