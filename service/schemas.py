@@ -10,7 +10,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
 
@@ -49,7 +49,15 @@ ROI_TARGET_RANGE = (1e-6, 1e6)
 """L's accepted range: wide for any real campaign, narrow enough that L x cost neither overflows nor underflows."""
 
 Amount = Annotated[float, Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False), AfterValidator(_finite_non_negative)]
-Count = Annotated[int, Field(ge=0, le=2**53)]
+
+
+def _not_a_bool(value: object) -> object:
+    if isinstance(value, bool):  # JSON true would read as 1
+        raise ValueError("must be a whole number, not a boolean")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_not_a_bool), Field(ge=0, le=2**53)]
 
 
 class _Strict(BaseModel):

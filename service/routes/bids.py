@@ -95,11 +95,17 @@ def _utilities(values: Any, limit: int, what: str = "utilities") -> np.ndarray:
     return array
 
 
+MAX_UTILITY = 1e30
+"""The largest utility accepted: times a ratio of at most 4 it stays a finite float32 bid (and far past any real
+value of an impression)."""
+
+
 def _check_values(array: np.ndarray, what: str) -> None:
-    # Finite and >= 0, in two reductions and no temporary arrays: a NaN makes min() NaN (not >= 0), -inf or any
-    # negative makes min() < 0, +inf makes max() inf. Empty arrays are refused by the callers before.
-    if not (array.min() >= 0 and array.max() < np.inf):
-        raise bad_request(f"{what} must be finite and >= 0")
+    # Finite, >= 0 and <= MAX_UTILITY, in two reductions and no temporary arrays: a NaN makes min() NaN (not >= 0),
+    # -inf or any negative makes min() < 0, +inf or a huge value fails the max() bound. Empty arrays are refused by the
+    # callers before.
+    if not (array.min() >= 0 and array.max() <= MAX_UTILITY):
+        raise bad_request(f"{what} must be finite, >= 0 and at most {MAX_UTILITY:g}")
 
 
 def _campaign(value: Any) -> str:

@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 
-from .app_fixtures import rcb_serve, register, serving, update
+from .app_fixtures import metric, rcb_serve, register, serving, update
 
 pytestmark = pytest.mark.redis
 
@@ -54,6 +54,9 @@ def test_a_killed_redis_is_503_then_recovers(models, redis_server):
         try:
             time.sleep(0.15)
             assert c.post("/v1/slot-update", json=update(slot=0)).status_code == 503
+            text = c.get("/metrics").text  # said at once, not after the next /readyz ping
+            assert metric(text, "rcb_store_up") == 0
+            assert 'rcb_slot_updates_total{result="unavailable"} 1.0' in text
             bid = c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0]})
             assert bid.status_code == 200 and bid.json()["stale"] is True
             assert c.put("/v1/campaigns/c2", json={"episode": "e", "roi_target": 1.0}).status_code == 503

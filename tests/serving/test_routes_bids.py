@@ -64,6 +64,7 @@ def test_a_campaign_out_of_budget_bids_zero(client):
         ({"campaign_id": "c1", "utilities": ["a"]}, 422, "invalid_request"),
         ({"campaign_id": "c1", "utilities": [[1, 2]]}, 422, "invalid_request"),
         ({"campaign_id": "c1", "utilities": [1, None]}, 422, "invalid_request"),
+        ({"campaign_id": "c1", "utilities": [1e308]}, 422, "invalid_request"),  # x ratio: not a finite bid
         ({"campaign_id": "c1", "utilities": [1, [2]]}, 422, "invalid_request"),  # ragged: numpy refuses the shape
         ({"campaign_id": "c1", "utilities": [[1], [1, 2]]}, 422, "invalid_request"),
         ({"campaign_ids": ["c1"], "counts": [2], "utilities": [[1], [2, 3]]}, 422, "invalid_request"),

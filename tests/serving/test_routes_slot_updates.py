@@ -84,6 +84,7 @@ def test_an_unknown_campaign_is_404(client):
         {"wins": 101},  # more wins than auctions
         {"delivery": "lots"},
         {"wins": 1.5},
+        {"wins": True},
         {"slot": 48},
         {"slot": -1},
         {"campaign_id": "bad id"},
