@@ -1036,3 +1036,42 @@ def test_square_brackets_in_an_argument_are_text_in_the_error(market: Path, tmp_
         )
         assert result.exit_code == 2, result.output
         assert f"{pattern} matches no training run" in " ".join(result.output.split())
+
+
+def test_a_group_of_runs_of_different_algorithms_is_refused(run: Path, market: Path, tmp_path: Path):
+    other = tmp_path / "runs" / "hard"
+    trained = runner.invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(market),
+            "--setting",
+            "sc",
+            "--algo",
+            "hard",
+            "--epochs",
+            "1",
+            "--updates-per-epoch",
+            "5",
+            "--out",
+            str(other),
+            "--json",
+        ],
+    )
+    assert trained.exit_code == 0, trained.output
+    shutil.copytree(run, tmp_path / "runs" / "crl")
+    result = runner.invoke(
+        app,
+        [
+            "evaluate",
+            str(market),
+            "--setting",
+            "sc",
+            "--methods",
+            f"mixed={tmp_path / 'runs'}/*",
+            "--out",
+            str(tmp_path / "ev"),
+        ],
+    )
+    assert result.exit_code == 2 and "different algorithms" in " ".join(result.output.split()), result.output

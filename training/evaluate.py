@@ -501,6 +501,11 @@ def _play_run_group(
         bidder, run = run_bidder(run_dir, setting)
         if wrap is not None:
             bidder = wrap(bidder)
+        if record.get("algo", run["algo"]) != run["algo"]:  # one method's rows are one algorithm's seeds
+            raise EvaluationError(
+                f"{label}: its runs train different algorithms ({runs[0]}: {record['algo']}, {run_dir}:"
+                f" {run['algo']}); give each its own label"
+            )
         record["algo"] = run["algo"]
         record["runs"].append(str(run_dir))
         record["best_validation_score"].append(run["best_validation_score"])

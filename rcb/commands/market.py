@@ -65,7 +65,7 @@ def generate_command(
             "--preset", help="Market configuration of the suite (training/market/suite.py).", case_sensitive=False
         ),
     ] = MarketPreset.bench,
-    seed: Annotated[int, typer.Option("--seed", help="Seeds every day and the train/test split.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds every day and the train/test split.")] = 0,
     constraints: Annotated[
         ConstraintRecipeName, typer.Option("--constraints", help=CONSTRAINTS_HELP, case_sensitive=False)
     ] = ConstraintRecipeName.prior,
