@@ -1075,3 +1075,13 @@ def test_a_group_of_runs_of_different_algorithms_is_refused(run: Path, market: P
         ],
     )
     assert result.exit_code == 2 and "different algorithms" in " ".join(result.output.split()), result.output
+
+
+def test_curriculum_options_are_refused_for_an_algorithm_without_one(market: Path, tmp_path: Path):
+    for algo, option in (("uscb", "--no-relaxed-stages"), ("hard", "--auto-curriculum"), ("rcpo", "--relaxed-stages")):
+        result = runner.invoke(
+            app,
+            ["train", "--data", str(market), "--setting", "sc", "--algo", algo, option, "--out", str(tmp_path / algo)],
+        )
+        assert result.exit_code == 2 and "is for crl and cbrl" in result.output, result.output
+        assert not (tmp_path / algo).exists()

@@ -400,6 +400,12 @@ def train_command(
                 "selection_epoch": None if selection_epoch is None else selection_epoch.value,
                 "select_from": select_from,
             }
+            for option, name in (
+                ("--relaxed-stages/--no-relaxed-stages", "relaxed_stages"),
+                ("--auto-curriculum", "auto_curriculum"),
+            ):
+                if _given(ctx, name) and algo.value not in ("crl", "cbrl"):
+                    raise ValueError(f"{option} is for crl and cbrl (the curriculum); {algo.value} has none")
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key in overrides:
                     if key != "epochs" and not _given(ctx, key):
