@@ -407,8 +407,8 @@ def train_command(
                 if _given(ctx, name) and algo.value not in ("crl", "cbrl"):
                     raise ValueError(f"{option} is for crl and cbrl (the curriculum); {algo.value} has none")
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
-                for key in overrides:
-                    if key != "epochs" and not _given(ctx, key):
+                for key in overrides:  # --epochs too: a run resumed without it continues to the epochs it planned
+                    if not _given(ctx, key):
                         overrides[key] = resumed.get(key, RESUMED_CHOICES.get(key))
                 if not _given(ctx, "auto_curriculum"):
                     auto_curriculum = bool(resumed.get("auto_curriculum", False))
