@@ -169,7 +169,8 @@ class CampaignState:
 
     @property
     def budget_exhausted(self) -> bool:
-        return self.budget is not None and self.total_cost >= self.budget
+        """Whether the cost reported so far has reached the budget."""
+        return self.budget_exhausted_after(self.slot - 1)
 
     def registration(self) -> Registration:
         return Registration.of(self.roi_target, self.budget)

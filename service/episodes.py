@@ -256,10 +256,9 @@ class Episodes:
             await self._write_each(updates, results, pending, decided)
         done = [r for r in results if r is not None]
         assert len(done) == n
-        applied = sum(1 for r in done if r.answer is not None and not r.answer.replayed)
-        replayed = sum(1 for r in done if r.answer is not None and r.answer.replayed)
-        log.info("slot batch", extra={"updates": n, "applied": applied, "replayed": replayed})
-        return SlotUpdateBatchAnswer(results=done, applied=applied, replayed=replayed, failed=n - applied - replayed)
+        batch = SlotUpdateBatchAnswer.of(done)
+        log.info("slot batch", extra={"updates": n, "applied": batch.applied, "replayed": batch.replayed})
+        return batch
 
     @staticmethod
     def _background_spans(n: int) -> Iterator[tuple[int, int]]:

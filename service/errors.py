@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -77,6 +77,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 """The error answers every route documents in OpenAPI."""
 
 
+def validation_problems(errors: Sequence[Any], where: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """pydantic's errors as a 422's detail: ``loc`` (under ``where``), ``msg`` and ``type`` of each."""
+    return [
+        {"loc": [*where, *(str(p) for p in e.get("loc", ()))], "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in errors
+    ]
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> Response:
@@ -94,11 +102,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        problems = [
-            {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()
-        ]
-        return error_response(422, "invalid_request", problems)
+        return error_response(422, "invalid_request", validation_problems(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:

@@ -113,19 +113,15 @@ class ModelRunner:
         directory = Path(model_dir) if model_dir is not None else self.model_dir
         try:
             artifact = load_artifact(directory, intra_op_threads=self.onnx_threads)
+            try:  # the card is validated on reading; this keeps a refusal a refusal whatever slips past it
+                gains, shield_config = artifact.controller_gains(), artifact.shield_config()
+            except (TypeError, ValueError) as exc:
+                raise ArtifactError(f"{directory}: the card's controller or shield cannot run: {exc}") from None
         except ArtifactError as exc:
             with self._lock:
                 if self.policy is None:
                     self.load_error = str(exc)
             raise
-        try:  # the card is validated on reading; this keeps a refusal a refusal whatever slips past it
-            gains, shield_config = artifact.controller_gains(), artifact.shield_config()
-        except (TypeError, ValueError) as exc:
-            error = ArtifactError(f"{directory}: the card's controller or shield cannot run: {exc}")
-            with self._lock:
-                if self.policy is None:
-                    self.load_error = str(error)
-            raise error from None
         policy, version = Policy(artifact), model_version(artifact)
         with self._lock:
             self.policy, self.version, self.model_dir, self.load_error = policy, version, directory, None

@@ -166,6 +166,13 @@ class SlotUpdateBatchAnswer(BaseModel):
     replayed: int
     failed: int
 
+    @classmethod
+    def of(cls, results: list[BatchItem]) -> SlotUpdateBatchAnswer:
+        """The answer of ``results``, counted."""
+        applied = sum(1 for r in results if r.answer is not None and not r.answer.replayed)
+        replayed = sum(1 for r in results if r.answer is not None and r.answer.replayed)
+        return cls(results=results, applied=applied, replayed=replayed, failed=len(results) - applied - replayed)
+
 
 class Posterior(BaseModel):
     mean: list[float]

@@ -154,7 +154,7 @@ def run_training(
         if changed:
             raise RunError(
                 f"{out} was trained with another config so far ({'; '.join(changed)}); resume it with the options it"
-                " was started with (rcb train --resume keeps those not given; give the seed again)"
+                " was started with (rcb train --resume keeps those not given)"
             )
     elif resume:
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
@@ -383,10 +383,10 @@ def write_curves(history: list[dict[str, Any]], out: Path, controller_score: flo
     fig.savefig(out / "curves.png", dpi=110)
 
 
-def load_best(run: Path, finished: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A run directory's ``best.pt`` (actor, encoder, config, epoch; on the CPU) and its ``run.json`` body.
-    ``finished``: refuse a run still training or interrupted (its best.pt is the best of the epochs so far, not the
-    run's model: what export, evaluation and ensembles must not take for it)."""
+def run_body(run: Path, finished: bool = True) -> dict[str, Any]:
+    """A run directory's ``run.json`` body, refused where the run has no ``best.pt``. ``finished``: refuse a run
+    still training or interrupted too (its best.pt is the best of the epochs so far, not the run's model: what
+    export, evaluation and ensembles must not take for it)."""
     run_file = run / RUN_FILE
     if not run_file.exists() or not (run / "best.pt").exists():
         raise RunError(f"{run}: not a finished training run (no {RUN_FILE} or best.pt)")
@@ -395,6 +395,13 @@ def load_best(run: Path, finished: bool = True) -> tuple[dict[str, Any], dict[st
         raise RunError(
             f"{run}: not a finished training run (status {body.get('status')!r}); finish it with rcb train --resume"
         )
+    return body
+
+
+def load_best(run: Path, finished: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run directory's ``best.pt`` (actor, encoder, config, epoch; on the CPU) and its ``run.json`` body
+    (:func:`run_body`, ``finished`` as there)."""
+    body = run_body(run, finished)
     try:
         saved = torch.load(run / "best.pt", weights_only=False, map_location="cpu")
     except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:  # a truncated or foreign file

@@ -51,7 +51,7 @@ def export_command(
     """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch; or, with --plan,
     the planner on a market's train days."""
     from training.export import ExportError, check_destination, export_ensemble, export_run
-    from training.train import RunError
+    from training.train import RunError, run_body
 
     if bool(runs) == (plan is not None):
         raise fail("give --run RUN (repeatable) or --plan MARKET, one of the two")
@@ -68,14 +68,8 @@ def export_command(
         try:
             check_output_dir(out)
             check_destination(out, force)
-            for run in runs:
-                if not (run / "run.json").is_file() or not (run / "best.pt").is_file():
-                    raise RunError(f"{run}: not a finished training run (no run.json or best.pt)")
-                if json.loads((run / "run.json").read_text()).get("status") != "done":
-                    raise RunError(
-                        f"{run}: not a finished training run (still training or interrupted); finish it"
-                        " with rcb train --resume"
-                    )
+            for run in runs:  # before the bar: what export_run / export_ensemble check again when they load it
+                run_body(run)
             total = _steps(runs[0])
             with progress(quiet=as_json) as bar:
                 task = bar.add_task("exporting: loading the run", total=total)

@@ -161,9 +161,9 @@ def train_command(
     ] = Algo.cbrl,
     epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="Training epochs.")] = _default("epochs"),
     seed: Annotated[
-        int | None,
-        typer.Option("--seed", min=0, help="Seeds networks, collection and sampling (0; a resumed run keeps its own)."),
-    ] = None,
+        int,
+        typer.Option("--seed", min=0, help="Seeds networks, collection and sampling (a resumed run keeps its own)."),
+    ] = 0,
     uscb_gamma: Annotated[
         float | None,
         typer.Option("--uscb-gamma", min=1.0, help="uscb: penalty base gamma."),
@@ -380,6 +380,8 @@ def train_command(
             # SACConfig's keywords, None where not given; a resumed run's come from its run.json (untyped JSON).
             overrides: dict[str, Any] = {
                 "epochs": epochs,
+                "seed": seed,
+                "auto_curriculum": auto_curriculum,
                 "updates_per_epoch": updates_per_epoch,
                 "lr_milestones": None if lr_milestones is None else parse_milestones(lr_milestones),
                 "uscb_gamma": uscb_gamma,
@@ -410,19 +412,13 @@ def train_command(
                 for key in overrides:  # --epochs too: a run resumed without it continues to the epochs it planned
                     if not _given(ctx, key):
                         overrides[key] = resumed.get(key, RESUMED_CHOICES.get(key))
-                if not _given(ctx, "auto_curriculum"):
-                    auto_curriculum = bool(resumed.get("auto_curriculum", False))
             if finished and select_from is None and _default_select_from_when_started(finished):
                 # the default depends on the epochs a run started with: a run grown by --resume keeps its own
                 overrides["select_from"] = finished["config"]["select_from"]
             if overrides["lr_milestones"] is not None:  # run.json holds a list
                 overrides["lr_milestones"] = tuple(overrides["lr_milestones"])
-            if seed is None:
-                seed = int(resumed.get("seed", 0)) if resumed is not None else 0
             config = SACConfig(
                 algo=algo.value,
-                seed=seed,
-                auto_curriculum=auto_curriculum,
                 **{k: v for k, v in overrides.items() if v is not None},
             )
             if finished and finished.get("reselected_from"):

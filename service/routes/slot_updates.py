@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from pydantic import ValidationError
 
 from service.deps import Authorized, EpisodesDep, SettingsDep
-from service.errors import ERROR_RESPONSES, ApiError
+from service.errors import ERROR_RESPONSES, ApiError, validation_problems
 from service.schemas import (
     BatchItem,
     SlotAnswer,
@@ -58,24 +58,15 @@ async def slot_update_batch(
         answered = await episodes.apply_batch([u for _, u in valid])
         for (i, _), item in zip(valid, answered.results, strict=True):
             results[i] = item
-    done = [r for r in results if r is not None]
-    applied = sum(1 for r in done if r.answer is not None and not r.answer.replayed)
-    replayed = sum(1 for r in done if r.answer is not None and r.answer.replayed)
-    return SlotUpdateBatchAnswer(
-        results=done, applied=applied, replayed=replayed, failed=len(done) - applied - replayed
-    )
+    return SlotUpdateBatchAnswer.of([r for r in results if r is not None])
 
 
 def _invalid_item(raw: Any, exc: ValidationError) -> BatchItem:
     """The 422 of one update that does not validate, as the single form words it."""
     campaign = raw.get("campaign_id") if isinstance(raw, dict) else None
-    problems = [
-        {"loc": ["updates", *(str(p) for p in e.get("loc", ()))], "msg": e.get("msg", ""), "type": e.get("type", "")}
-        for e in exc.errors()
-    ]
     return BatchItem(
         status=422,
         campaign_id=campaign if isinstance(campaign, str) else None,
         error="invalid_request",
-        detail=problems,
+        detail=validation_problems(exc.errors(), where=["updates"]),
     )
