@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -202,6 +203,25 @@ def test_train_refusals_come_before_the_bar(tiny_market: Market, run_dir: Path, 
     assert_one_line_error(runner.invoke(app, [*base, "--setting", "sc"]), "--resume")
     assert_one_line_error(runner.invoke(app, [*base, "--setting", "mc", "--resume"]), "cannot be resumed")
     assert_one_line_error(runner.invoke(app, [*base, "--setting", "sc", "--algo", "cbrl", "--resume"]), "trains crl")
+
+
+def test_a_market_without_train_days_is_refused_before_the_bar(
+    tiny_market: Market, tmp_path: Path, no_heavy_work: None
+) -> None:
+    untrained = Market(
+        root=tiny_market.root,
+        days=[replace(e, split="test") if e.split == "train" else e for e in tiny_market.days],
+        source=tiny_market.source,
+    )
+    untrained.save()
+    root = str(tiny_market.root)
+    trained = runner.invoke(app, ["train", "--data", root, "--setting", "sc", "--out", str(tmp_path / "run")])
+    assert_one_line_error(trained, "has no train days")
+    planned = runner.invoke(app, ["export", "--plan", root, "--setting", "sc", "--out", str(tmp_path / "plan")])
+    assert_one_line_error(planned, "has no train days")
+    missing = runner.invoke(app, ["export", "--plan", str(tmp_path / "nowhere"), "--setting", "sc", "--out", "x"])
+    assert_one_line_error(missing, "nowhere")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "plan").exists()
 
 
 def test_evaluate_refuses_a_method_for_the_other_setting_before_work(

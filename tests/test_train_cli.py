@@ -1005,6 +1005,8 @@ def test_a_resume_keeps_every_option_not_given_and_refuses_one_that_conflicts(ma
     assert flag.exit_code == 2 and "auto_curriculum False, not True" in " ".join(flag.output.split())
     fewer = runner.invoke(app, [*args, "--epochs", "1", "--resume"])
     assert fewer.exit_code == 2 and "--epochs 2 or more, not 1" in " ".join(fewer.output.split())
+    for refused in (conflict, flag, fewer):  # refused by run_training before it lets the bar be drawn
+        assert "training crl" not in refused.output and refused.output.startswith("error:"), refused.output
     again = runner.invoke(app, [*args, "--resume", "--json"])  # no --epochs: the run's own 2, nothing to train
     assert again.exit_code == 0, again.output
     after = json.loads((out / "run.json").read_text())

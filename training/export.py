@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -77,6 +77,9 @@ from training.bidders.onnx import OnnxBidder
 from training.encoder_graph import encoder_graph
 from training.files import atomic_write_text
 from training.train import RUN_FILE, best_bidder, load_best, load_ensemble_bidder, reference_controller
+
+if TYPE_CHECKING:
+    from training.market.dataset import Market
 
 OPSET = 20
 """ONNX opset of both graphs (onnxruntime >= 1.17 runs them); recorded in model.json."""
@@ -481,6 +484,18 @@ def _train_days_reference(body: dict[str, Any]) -> tuple[tuple[float, ...] | Non
     return profile, reference
 
 
+def check_planner_export(market_dir: Path, out: Path, force: bool = False) -> Market:
+    """The refusals :func:`export_planner` makes before any work, for a caller to make before its progress bar:
+    ``out`` taken (without ``force``), ``market_dir`` not a market or without train days. Returns the market."""
+    from training.market.dataset import Market
+
+    check_destination(Path(out), force)
+    market = Market.open(Path(market_dir))
+    if not market.split("train"):
+        raise ExportError(f"{market_dir} has no train days: the planner's scenarios are the train days")
+    return market
+
+
 def export_planner(
     market_dir: Path, setting: Setting, out: Path, force: bool = False, progress: Progress | None = None
 ) -> ModelCard:
@@ -492,11 +507,8 @@ def export_planner(
     from training.bidders import planner as planner_bidder
     from training.bidders.base import play
     from training.evaluate import split_days, tuned_baseline
-    from training.market.dataset import Market
 
-    out = Path(out)
-    check_destination(out, force)
-    market = Market.open(Path(market_dir))
+    market = check_planner_export(market_dir, out, force)
     if progress:
         progress("tuning")
     _, train = split_days(market, "train", setting)

@@ -78,27 +78,22 @@ def run_training(
     resume: bool = False,
     on_epoch: Callable[[EpochLog], None] | None = None,
     keep_epochs: bool = False,
+    on_start: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Train (or resume) a run into ``out``; return the final ``run.json`` body.
 
     ``data``: one market, or several whose train days are pooled (:meth:`DaySet.pool`). The first is the run's
     home market: a residual run corrects the PID tuned on its train days, and ``run.json``'s ``market`` names it.
     ``keep_epochs``: also save every epoch's model in ``epochs/`` (:data:`EPOCHS_DIR`); a resumed run that did
-    keeps doing so."""
+    keeps doing so. ``on_start(epochs_done)``: called once every refusal has been made (before anything is written,
+    the train days loaded or the controller tuned), so a caller draws its progress bar only for a run that will
+    train."""
     paths = [data] if isinstance(data, Path) else list(data)
-    if not paths:
-        raise RunError("training needs at least one market")
     if config.reference == "plan" and len(paths) > 1:
         raise RunError("--reference plan trains on one market (its train days are the planner's scenarios)")
-    markets = [Market.open(path) for path in paths]
+    markets = training_markets(paths)
     market = markets[0]
-    fingerprints = [m.split_fingerprint("train") for m in markets]
-    seen: dict[str, Path] = {}
-    for path, train_days in zip(paths, fingerprints, strict=True):  # a copy elsewhere is the same days twice
-        if train_days in seen:
-            raise RunError(f"{seen[train_days]} and {path} hold the same train days: name each market once")
-        seen[train_days] = path
-    fingerprint = pooled_fingerprint(fingerprints)  # what the policy is fitted to
+    fingerprint = pooled_fingerprint([m.split_fingerprint("train") for m in markets])  # what the policy is fitted to
     config.resolve(setting)  # the setting's defaults, before a resume compares them with the run's choices
     run_file = out / RUN_FILE
     history: list[dict[str, Any]] = []
@@ -160,6 +155,8 @@ def run_training(
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
     if state is not None and config.residual:  # resume with the reference controller the run started with
         config.controller = previous["config"].get("controller")
+    if on_start:
+        on_start(start_epoch)
     out.mkdir(parents=True, exist_ok=True)
     days = DaySet.load(market, "train", setting)
     if config.residual and config.controller is None:  # the home market's PID (or planner), tuned on its train days
@@ -250,6 +247,23 @@ def run_training(
     body["kept_epoch"] = kept
     _write_json(body, run_file)
     return body
+
+
+def training_markets(paths: list[Path]) -> list[Market]:
+    """The markets a run trains on, opened and checked: at least one, each with train days, no train days twice
+    (a copy elsewhere is the same days twice). Raises :class:`RunError` or what opening a market raises."""
+    if not paths:
+        raise RunError("training needs at least one market")
+    markets = [Market.open(path) for path in paths]
+    seen: dict[str, Path] = {}
+    for path, market in zip(paths, markets, strict=True):
+        if not market.split("train"):
+            raise RunError(f"{path} has no train days: a run learns from the train split")
+        train_days = market.split_fingerprint("train")
+        if train_days in seen:
+            raise RunError(f"{seen[train_days]} and {path} hold the same train days: name each market once")
+        seen[train_days] = path
+    return markets
 
 
 def config_differences(

@@ -110,13 +110,14 @@ def export_command(
 
 
 def _export_plan(market: Path, setting: Setting, out: Path, force: bool, as_json: bool) -> None:
-    from training.export import ExportError, export_planner
+    from training.export import ExportError, check_planner_export, export_planner
     from training.market.dataset import MarketError
 
     steps = {"tuning": 0, "alerts": 1, "scenarios.npz": 2, "parity": 3}
     with user_errors():
         try:
             check_output_dir(out)
+            check_planner_export(market, out, force)  # refused before the bar is drawn
             with progress(quiet=as_json) as bar:
                 task = bar.add_task("exporting the planner: tuning on the train days", total=len(steps))
 

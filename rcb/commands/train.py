@@ -364,8 +364,7 @@ def train_command(
 ) -> None:
     """Train SAC (CBRL or a rival) on the train days; resumable, with a progress bar and learning curves."""
     from training.agents.sac import SACConfig
-    from training.market.dataset import Market
-    from training.train import RunError, finished_run_differences, run_training
+    from training.train import RunError, finished_run_differences, run_training, training_markets
 
     with user_errors():
         try:
@@ -373,10 +372,9 @@ def train_command(
             # --resume: the run's own choices, as usual
             finished = _finished_run(out) if skip_done and not resume else None
             resumed = None if finished else _check_resumable(out, setting, algo.value, resume)
-            for market in data:  # a missing or malformed market is reported before the bar is drawn
-                Market.open(market)
             if len({path.resolve() for path in data}) != len(data):
                 raise ValueError("--data names the same market twice")
+            training_markets(data)  # a missing, malformed or untrainable market is reported before any work
             # SACConfig's keywords, None where not given; a resumed run's come from its run.json (untyped JSON).
             overrides: dict[str, Any] = {
                 "epochs": epochs,
@@ -437,20 +435,31 @@ def train_command(
                     )
                 _print_summary(finished, out, as_json, already=True)
                 return
-            with progress(quiet=as_json) as bar:
-                task = bar.add_task(f"training {algo.value} on {setting.value}", total=config.epochs)
-                if resume:
-                    done = len(json.loads((out / RUN_FILE).read_text()).get("history", []))
-                    bar.update(task, completed=min(done, config.epochs))
+            # the bar is drawn once run_training has made every refusal (on_start), so an error never follows it
+            bar = progress(quiet=as_json)
+            task = bar.add_task(f"training {algo.value} on {setting.value}", total=config.epochs, start=False)
+            started: list[bool] = []
 
-                def tick(log) -> None:
-                    bar.update(task, completed=log.epoch + 1)
-                    bar.console.print(
-                        f"epoch {log.epoch:3d} ({log.stage}) train {log.train_score:.3f}"
-                        f" validation {log.validation_score:.3f}"
-                    )
+            def start(done: int) -> None:
+                started.append(True)
+                bar.start()
+                bar.start_task(task)
+                bar.update(task, completed=min(done, config.epochs))
 
-                body = run_training(data, setting, config, out, resume=resume, on_epoch=tick, keep_epochs=keep_epochs)
+            def tick(log) -> None:
+                bar.update(task, completed=log.epoch + 1)
+                bar.console.print(
+                    f"epoch {log.epoch:3d} ({log.stage}) train {log.train_score:.3f}"
+                    f" validation {log.validation_score:.3f}"
+                )
+
+            try:
+                body = run_training(
+                    data, setting, config, out, resume=resume, on_epoch=tick, keep_epochs=keep_epochs, on_start=start
+                )
+            finally:
+                if started:  # a bar never started prints nothing (stop() would write a blank line)
+                    bar.stop()
         except RunError as exc:
             raise fail(str(exc)) from None
     _print_summary(body, out, as_json)
