@@ -139,6 +139,18 @@ def test_cbrl_mc_constraints_paper_recipe_on_request(tmp_path: Path):
         import_market("cbrl-syn", CBRL, tmp_path / "bad", constraints="hindsight")
 
 
+def test_paper_recipe_budget_stays_positive_where_the_day_pays_nothing(tmp_path: Path):
+    """A day whose only impression is free (no spend at any ratio) still gets a positive budget, as the service
+    requires of a registration."""
+    src = tmp_path / "src"
+    src.mkdir()
+    row = {"hr": 3, "min": 0, "pppc": 10.0, "pctr": 0.05, "costprice": 300, "rev": 0.0}
+    pd.DataFrame([row]).to_csv(src / "0001.csv", index=False)
+    pd.DataFrame([{**row, "hr": 5, "costprice": 0}]).to_csv(src / "0002.csv", index=False)
+    summary = import_market("cbrl-syn", src, tmp_path / "out", constraints="paper", test_fraction=0.5)
+    assert [d.mc.budget > 0 for d in summary.days] == [True, True], [d.mc for d in summary.days]
+
+
 def test_cbrl_single_files_and_day_columns(tmp_path: Path):
     one = import_market("cbrl-syn", CBRL / "0902.csv", tmp_path / "one")
     assert [d.day for d in one.days] == [902]
@@ -356,6 +368,47 @@ def test_existing_market_is_kept_unless_overwritten(tmp_path: Path):
     assert [d.day for d in Market.open(out).days] == [902]
 
 
+def test_an_import_that_fails_while_writing_keeps_the_old_market(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    out = tmp_path / "out"
+    import_market("cbrl-syn", CBRL, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    written: list[Path] = []
+
+    def failing_write(log, path: Path) -> None:
+        if written:
+            raise OSError("disk full")
+        written.append(path)
+        real_write(log, path)
+
+    real_write = adapters.write_day
+    monkeypatch.setattr(adapters, "write_day", failing_write)
+    with pytest.raises(OSError, match="disk full"):
+        import_market("cbrl-syn", CBRL, out, overwrite=True, test_fraction=1.0)
+    with pytest.raises(OSError, match="disk full"):
+        import_market("cbrl-syn", CBRL, out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing of the failed imports is left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nor their staging directories
+    assert [d.day for d in Market.open(out).days] == [901, 902, 903]
+
+
+def test_day_ids_outside_the_schema_and_negative_cbrl_factors_are_rows_left_out(tmp_path: Path):
+    rows = pd.read_csv(CBRL / "0902.csv")
+    frames = [rows.assign(day_no=-1), rows.assign(day_no=2**31), rows.assign(day_no=7)]
+    combined = pd.concat(frames, ignore_index=True)
+    valid = (combined["day_no"] == 7) & (combined["pctr"] * combined["pppc"] > 0) & combined["hr"].between(0, 23)
+    first = combined.index[valid][:2]
+    combined.loc[first[0], ["pctr", "pppc"]] = [-0.05, -10.0]  # a positive product of two bad factors
+    combined.loc[first[1], "pppc"] = -1.0
+    combined.to_csv(tmp_path / "data.csv", index=False)
+    summary = import_market("cbrl-syn", tmp_path / "data.csv", tmp_path / "out")
+    assert [d.day for d in summary.days] == [7]
+    reasons = summary.invalid_rows
+    # of 0902.csv's rows only its bad hour is found before the day (the adapter checks it; the schema, the rest):
+    # every other row of the two out-of-range days is left out for its day
+    assert reasons[f"day outside 0..{2**31 - 1}"] == 2 * (len(rows) - 1)
+    assert reasons["pctr < 0"] == 1 and reasons["pppc < 0"] == 1
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # CLI
 
@@ -417,9 +470,19 @@ def test_cli_table_and_errors(tmp_path: Path):
 def test_parse_days():
     assert parse_days("") == set()
     assert parse_days("3, 5,10-12,") == {3, 5, 10, 11, 12}
-    for bad in ("a", "5-3", "1-"):
+    for bad in ("a", "5-3", "1-", "1-20210901"):  # the last a typo that would name twenty million days
         with pytest.raises(ValueError, match="bad day"):
             parse_days(bad)
+    assert len(parse_days("1-100000")) == 100_000
+
+
+def test_unknown_ood_days_are_named_in_a_short_message(tmp_path: Path):
+    with pytest.raises(ValueError) as refused:
+        import_market("cbrl-syn", CBRL, tmp_path / "m", ood_days=set(range(1000, 1100)))
+    assert str(refused.value) == (
+        "ood_days [1000, 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009 and 90 more] are not in the logs"
+        " (days 901..903)"
+    )
 
 
 def test_auctionnet_value_defaults_to_the_period_cpa(tmp_path: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,38 @@ def test_report_writes_png_and_summary(generated: Path, tmp_path: Path):
     # Second run is served from the oracle cache and gives the same summary.
     again = runner.invoke(app, ["market", "report", str(generated), "--out", str(png), "--json"])
     assert json.loads(again.stdout.strip().splitlines()[-1])["summary"] == summary
+
+
+def test_report_never_overwrites_a_json_that_is_not_its_own(generated: Path, tmp_path: Path):
+    market = tmp_path / "market"
+    shutil.copytree(generated, market)
+    manifest = (market / "manifest.json").read_bytes()
+    beside_manifest = runner.invoke(app, ["market", "report", str(market), "--out", str(market / "manifest.png")])
+    assert beside_manifest.exit_code == 2 and "not a market report" in beside_manifest.output
+    assert (market / "manifest.json").read_bytes() == manifest and not (market / "manifest.png").exists()
+    (tmp_path / "summary.json").write_text('{"rm": {"ans": 0.5}}')  # e.g. an evaluation's
+    other = runner.invoke(app, ["market", "report", str(market), "--out", str(tmp_path / "summary.png")])
+    assert other.exit_code == 2 and (tmp_path / "summary.json").read_text() == '{"rm": {"ans": 0.5}}'
+
+
+def test_report_summary_file_is_strict_json(generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import training.market.report as report
+
+    real = report.summarize
+
+    def without_a_figure(facts):  # what a split with no winning slot or no delivering day reports
+        summary = real(facts)
+        summary["train"]["slot_over_day_oracle_gain"] = float("nan")
+        return summary
+
+    monkeypatch.setattr(report, "summarize", without_a_figure)
+    png = tmp_path / "r.png"
+    assert runner.invoke(app, ["market", "report", str(generated), "--out", str(png)]).exit_code == 0
+    text = png.with_suffix(".json").read_text()
+    assert "NaN" not in text
+    assert json.loads(text)["train"]["slot_over_day_oracle_gain"] is None
+    again = runner.invoke(app, ["market", "report", str(generated), "--out", str(png)])  # its own file: replaced
+    assert again.exit_code == 0, again.output
 
 
 def test_report_on_missing_dir_is_a_clear_error(tmp_path: Path):

@@ -9,6 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
+import orjson
 import typer
 
 from rcb.commands import market_import
@@ -143,6 +144,23 @@ def subset_command(
         )
 
 
+def _is_report_summary(path: Path) -> bool:
+    """Whether ``path`` holds what ``rcb market report`` writes beside its plot (per split, a summary with its
+    day count), so a rerun may replace it while any other file (a market's manifest.json, an evaluation's
+    summary.json) is left alone."""
+    from training.market.dataset import SPLITS
+
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(body, dict)
+        and set(body) <= set(SPLITS)
+        and all(isinstance(v, dict) and "days" in v for v in body.values())
+    )
+
+
 @app.command("report")
 def report_command(
     data_dir: Annotated[Path, typer.Argument(help="Market directory.")],
@@ -157,7 +175,9 @@ def report_command(
         png = out or data_dir / "report.png"
         png = png if png.suffix else png.with_suffix(".png")  # what matplotlib writes for a path without one
         png = check_output_file(png, what="--out" if out else "report")
-        check_output_file(png.with_suffix(".json"), what="--out" if out else "report")
+        summary_file = check_output_file(png.with_suffix(".json"), what="--out" if out else "report")
+        if summary_file.exists() and not _is_report_summary(summary_file):
+            raise fail(f"--out {png} would overwrite {summary_file}, which is not a market report; choose another name")
         market = Market.open(data_dir)
         if not market.days:
             raise fail(f"{data_dir}: the manifest lists no days")
@@ -167,7 +187,8 @@ def report_command(
         summary = summarize(facts)
         png.parent.mkdir(parents=True, exist_ok=True)
         plot(facts, png, title=f"{data_dir.name}: {plural(len(market.days), 'day')}")
-        (png.with_suffix(".json")).write_text(json.dumps(summary, indent=1))
+        # orjson writes a missing figure (NaN: no slot won, no delivering day) as null, which every parser reads
+        summary_file.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     if as_json:
         print_json({"png": str(png), "summary": summary})
     else:

@@ -28,6 +28,10 @@ class LogFormat(StrEnum):
     auctionnet = "auctionnet"
 
 
+MAX_RANGE = 100_000
+"""The most days one ``A-B`` range names (a typo such as ``1-20210901`` is refused, not expanded)."""
+
+
 def parse_days(text: str) -> set[int]:
     """``"3,5,10-12"`` -> ``{3, 5, 10, 11, 12}``; raises ValueError naming the bad item."""
     days: set[int] = set()
@@ -38,13 +42,15 @@ def parse_days(text: str) -> set[int]:
         try:
             if dash and low:
                 first, last = int(low), int(high)
-                if last < first:
+                if last < first or last - first >= MAX_RANGE:
                     raise ValueError
                 days.update(range(first, last + 1))
             else:
                 days.add(int(item))
         except ValueError:
-            raise ValueError(f"bad day {item!r} in {text!r}: expected integers or ranges like 3,5,10-12") from None
+            raise ValueError(
+                f"bad day {item!r} in {text!r}: expected integers or ranges like 3,5,10-12 (at most {MAX_RANGE:,} days)"
+            ) from None
     return days
 
 

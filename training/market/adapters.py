@@ -65,7 +65,10 @@ competing bid.
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -273,6 +276,10 @@ def _convert_cbrl(src: Path, progress: ProgressCallback | None) -> _Converted:
         if missing_rev.any():
             notes["rev missing, read as 0 (reference convention: rev.fillna(0))"] += int(missing_rev.sum())
             revenue = np.where(missing_rev, 0.0, revenue)
+        # utility = pctr * pppc: two negatives would multiply into a plausible utility
+        pctr, pppc = _numeric(raw, "pctr"), _numeric(raw, "pppc")
+        reject_rows(keep, pctr < 0, "pctr < 0", report)
+        reject_rows(keep, pppc < 0, "pppc < 0", report)
         day = _numeric(raw, day_column) if day_column else np.full(len(raw), float(day_of_file[path]))
         with np.errstate(invalid="ignore"):  # NaN hours and minutes are already rejected above
             slot = hour * 2 + minute // 30
@@ -280,7 +287,7 @@ def _convert_cbrl(src: Path, progress: ProgressCallback | None) -> _Converted:
             {
                 "day": day,
                 "slot": slot,
-                "utility": _numeric(raw, "pctr") * _numeric(raw, "pppc"),
+                "utility": pctr * pppc,
                 "market_price": _numeric(raw, "costprice") / CBRL_COST_UNIT,
                 "delivery": revenue,
             }
@@ -535,65 +542,75 @@ def import_market(
         raise ValueError(f"{src}: no valid rows ({report.n_rows} read; {report.describe()})")
     unknown_ood = sorted(ood_days - set(logs))
     if unknown_ood:
-        raise ValueError(f"ood_days {unknown_ood} are not in the logs (days {min(logs)}..{max(logs)})")
+        more = f" and {len(unknown_ood) - 10:,} more" if len(unknown_ood) > 10 else ""
+        shown = f"[{', '.join(map(str, unknown_ood[:10]))}{more}]"
+        raise ValueError(f"ood_days {shown} are not in the logs (days {min(logs)}..{max(logs)})")
     splits = split_assignment(list(logs), ood_days, test_fraction, seed)
 
-    # Only now, with every row read and checked, is an existing market replaced.
-    clear_market(out)
-    entries: list[DayEntry] = []
-    curves = {}
-    for done, (day, log) in enumerate(sorted(logs.items()), start=1):
-        name = _day_file(day)
-        write_day(log, out / name)
-        regime: dict[str, Any] = {}
-        if converted.constraints is not None:
-            mc = converted.constraints[day]
-        elif recipe.kind == "paper":
-            index = DayIndex(log)
-            drawn = draw_paper_constraints(index, np.random.default_rng([seed, day, 1]), recipe)
-            mc = MCConstraints(roi_target=drawn.roi_target, budget=drawn.budget)
-            regime.update(drawn.regime_fields())  # kept for analysis, as the generator does
-        else:  # prior: drawn below, once every train day's curve is known
-            curves[day] = curve_of(DayIndex(log))
-            mc = MCConstraints(roi_target=float("nan"), budget=float("nan"))
-        entries.append(
-            DayEntry(
-                day=day,
-                split=splits[day],
-                file=name,
-                n_impressions=log.n_impressions,
-                mc=mc,
-                sha256=file_sha256(out / name),
-                regime=regime,
+    # Days are written beside the destination and moved in only once every one is written and every constraint
+    # drawn, so a failure leaves an existing market as it was.
+    staging = out.parent / f".{out.name}.import-{os.getpid()}.{uuid.uuid4().hex}"
+    staging.mkdir(parents=True)
+    try:
+        entries: list[DayEntry] = []
+        curves = {}
+        for done, (day, log) in enumerate(sorted(logs.items()), start=1):
+            name = _day_file(day)
+            write_day(log, staging / name)
+            regime: dict[str, Any] = {}
+            if converted.constraints is not None:
+                mc = converted.constraints[day]
+            elif recipe.kind == "paper":
+                index = DayIndex(log)
+                drawn = draw_paper_constraints(index, np.random.default_rng([seed, day, 1]), recipe)
+                mc = MCConstraints(roi_target=drawn.roi_target, budget=drawn.budget)
+                regime.update(drawn.regime_fields())  # kept for analysis, as the generator does
+            else:  # prior: drawn below, once every train day's curve is known
+                curves[day] = curve_of(DayIndex(log))
+                mc = MCConstraints(roi_target=float("nan"), budget=float("nan"))
+            entries.append(
+                DayEntry(
+                    day=day,
+                    split=splits[day],
+                    file=name,
+                    n_impressions=log.n_impressions,
+                    mc=mc,
+                    sha256=file_sha256(staging / name),
+                    regime=regime,
+                )
             )
-        )
-        if progress:
-            progress("writing days", done, len(logs))
-    if curves:
-        drawn_days = draw_market_constraints(curves, splits, seed, recipe)
-        for k, entry in enumerate(entries):
-            drawn = drawn_days[entry.day]
-            mc = MCConstraints(roi_target=drawn.roi_target, budget=drawn.budget)
-            entries[k] = replace(entry, mc=mc, regime={**entry.regime, **drawn.regime_fields()})
+            if progress:
+                progress("writing days", done, len(logs))
+        if curves:
+            drawn_days = draw_market_constraints(curves, splits, seed, recipe)
+            for k, entry in enumerate(entries):
+                drawn = drawn_days[entry.day]
+                mc = MCConstraints(roi_target=drawn.roi_target, budget=drawn.budget)
+                entries[k] = replace(entry, mc=mc, regime={**entry.regime, **drawn.regime_fields()})
 
-    source: dict[str, Any] = {
-        "kind": "import",
-        "format": fmt,
-        "src": str(src),
-        "seed": seed,
-        "test_fraction": test_fraction,
-        "ood_days": sorted(ood_days),
-        "n_rows": report.n_rows,
-        "n_kept": report.n_valid,
-        "invalid_rows": dict(report.reasons),
-        "notes": dict(converted.notes),
-        **converted.details,
-    }
-    if converted.constraints is None:
-        source["constraints"] = (
-            f"drawn: {recipe.kind} recipe (training.market.constraints, default_rng([seed, day, 1]))"
-        )
-    Market(root=out, days=entries, source=source).save()
+        source: dict[str, Any] = {
+            "kind": "import",
+            "format": fmt,
+            "src": str(src),
+            "seed": seed,
+            "test_fraction": test_fraction,
+            "ood_days": sorted(ood_days),
+            "n_rows": report.n_rows,
+            "n_kept": report.n_valid,
+            "invalid_rows": dict(report.reasons),
+            "notes": dict(converted.notes),
+            **converted.details,
+        }
+        if converted.constraints is None:
+            source["constraints"] = (
+                f"drawn: {recipe.kind} recipe (training.market.constraints, default_rng([seed, day, 1]))"
+            )
+        clear_market(out)
+        for entry in entries:
+            os.replace(staging / entry.file, out / entry.file)
+        Market(root=out, days=entries, source=source).save()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return ImportSummary(
         format=fmt,
         src=str(src),

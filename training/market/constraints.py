@@ -163,8 +163,8 @@ def draw_paper_constraints(
         roi_target = 0.9 * best
     spend_at_target = slot_oracle(index, roi_target).cost
     if spend_at_target <= 0:  # nothing worth buying at this target: any positive budget is slack
-        reachable = roi_reachable(curve, roi_target)
-        spend_at_target = constant_ratio_spend(curve, roi_target) if reachable else float(curve.cost[-1])
+        # the day's constant-ratio spend at L where it reaches L, else its top-ratio spend, ... else 1: positive
+        spend_at_target = reference_spend([curve], roi_target)
     roi_target = round(roi_target, 6)
     return DayConstraints(
         roi_target=roi_target,

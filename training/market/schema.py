@@ -20,6 +20,10 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("day", "utility", "market_price", "delivery
 
 OPTIONAL_COLUMNS: tuple[str, ...] = ("cost",)
 
+MAX_DAY = 2**31 - 1
+"""The largest day id: a day file stores its id as int32 (:meth:`DayLog.to_frame`), and seeds built from it
+(constraint draws) need it non-negative."""
+
 SLOT_SECONDS = 24 * 3600 // SLOTS_PER_DAY
 
 
@@ -141,6 +145,7 @@ def validate_frame(frame: pd.DataFrame, source: str = "log") -> tuple[pd.DataFra
         reject_rows(keep, ~np.isfinite(values), f"{col} missing or not a finite number", report)
 
     reject_rows(keep, numeric["day"] != np.round(numeric["day"]), "day not an integer", report)
+    reject_rows(keep, (numeric["day"] < 0) | (numeric["day"] > MAX_DAY), f"day outside 0..{MAX_DAY}", report)
     slot = numeric["slot"]
     reject_rows(keep, slot != np.round(slot), "slot not an integer", report)
     reject_rows(keep, (slot < 0) | (slot >= SLOTS_PER_DAY), f"slot outside 0..{SLOTS_PER_DAY - 1}", report)
