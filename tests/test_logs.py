@@ -134,6 +134,11 @@ def test_unreadable_paths(tmp_path: Path):
     (tmp_path / "log.json").write_text("{}")
     with pytest.raises(SchemaError, match="unknown log format"):
         read_frame(tmp_path / "log.json")
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "text.parquet").write_text("day,slot\n1,2\n")
+    for name in ("empty.csv", "text.parquet"):  # the file is named: one bad file among many is found
+        with pytest.raises(SchemaError, match=f"{name}: cannot be read"):
+            read_frame(tmp_path / name)
 
 
 def test_numeric_timestamps_give_slots_and_arrival_order():

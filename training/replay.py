@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +93,7 @@ class ServiceClient:
             raise ReplayError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
         if response.status_code >= 300:
             raise ReplayError(f"{method} {path}: HTTP {response.status_code} {response.text[:300]}")
-        return orjson.loads(response.content)
+        return _json_object(response, f"{method} {path}")
 
     async def register(self, campaign: str, episode: str, roi_target: float, budget: float | None) -> dict[str, Any]:
         body = {"episode": episode, "roi_target": roi_target, "budget": budget}
@@ -104,8 +104,8 @@ class ServiceClient:
         for start in range(0, len(utilities), batch_size):
             chunk = utilities[start : start + batch_size]
             answer = await self._call("POST", "/v1/bid", {"campaign_id": campaign, "utilities": chunk})
-            out.append(np.asarray(answer["bids"], dtype=np.float64))
-            ratio = float(answer["bid_ratio"])
+            out.append(np.asarray(_field(answer, "bids", "POST /v1/bid"), dtype=np.float64))
+            ratio = float(_field(answer, "bid_ratio", "POST /v1/bid"))
         return (np.concatenate(out) if out else np.zeros(0)), ratio
 
     async def slot_update(self, campaign: str, episode: str, slot: int, stats: dict[str, float]) -> dict[str, Any]:
@@ -118,10 +118,29 @@ class ServiceClient:
             response = await self.client.get("/readyz")
         except httpx.HTTPError as exc:
             raise ReplayError(f"the service does not answer ({type(exc).__name__}: {exc})") from None
-        body = orjson.loads(response.content)
+        body = _json_object(response, f"GET {str(self.client.base_url).rstrip('/')}/readyz")
         if response.status_code != 200:
             raise ReplayError(f"the service is not ready: {body.get('detail', body)}")
         return body
+
+
+def _json_object(response: httpx.Response, call: str) -> dict[str, Any]:
+    """The answer's JSON object, or a ReplayError naming the call (a wrong URL often answers an HTML page)."""
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        raise ReplayError(
+            f"{call}: HTTP {response.status_code}, not a JSON answer ({response.text[:80]!r}); is this an rcb service?"
+        ) from None
+    if not isinstance(body, dict):
+        raise ReplayError(f"{call}: HTTP {response.status_code}, a JSON {type(body).__name__}, not an object")
+    return body
+
+
+def _field(answer: dict[str, Any], key: str, call: str) -> Any:
+    if key not in answer:
+        raise ReplayError(f"{call}: the answer has no {key!r} ({sorted(answer)})")
+    return answer[key]
 
 
 async def replay_episode(
@@ -135,13 +154,13 @@ async def replay_episode(
 ) -> EpisodeTrace:
     trace = EpisodeTrace(campaign=campaign, day=log.day)
     state = await service.register(campaign, episode, roi_target, None if np.isinf(budget) else budget)
-    if state["slot"] != 0:
+    if _field(state, "slot", f"PUT /v1/campaigns/{campaign}") != 0:
         raise ReplayError(
             f"campaign {campaign}: episode {episode!r} already registered at slot {state['slot']}; "
             "use another --episode-id"
         )
     spent, exhausted = 0.0, False
-    ratio = float(state["bid_ratio"])
+    ratio = float(_field(state, "bid_ratio", f"PUT /v1/campaigns/{campaign}"))
     for t in range(SLOTS_PER_DAY):
         if exhausted:
             stats = dict.fromkeys(SLOT_STATS, 0.0)
@@ -155,8 +174,8 @@ async def replay_episode(
         trace.ratios.append(ratio)
         trace.slots.append(stats)
         answer = await service.slot_update(campaign, episode, t, stats)
-        trace.decided_by.append(answer["decided_by"])
-        ratio = float(answer["bid_ratio"])
+        trace.decided_by.append(str(answer.get("decided_by", "unknown")))  # rcb's own field, beyond SPEC 7's answer
+        ratio = float(_field(answer, "bid_ratio", "POST /v1/slot-update"))
     return trace
 
 
@@ -170,8 +189,15 @@ async def replay_days(
     token: str | None = None,
     timeout_s: float = 30.0,
     on_episode: Callable[[EpisodeTrace], None] | None = None,
+    numbers: Sequence[int] | None = None,
 ) -> tuple[list[EpisodeTrace], dict[str, Any]]:
-    """Replay every day of ``days`` (episode ``k`` is campaign ``episode-{k}``); traces in day order, /readyz."""
+    """Replay every day of ``days`` (episode ``k`` is campaign ``episode-{k}``); traces in day order, /readyz.
+
+    ``numbers``: each day's ``k`` when ``days`` is a part of its split (its index in the whole split), so a day
+    is the campaign, and draws the noise, it is in ``rcb evaluate``'s play of the split; by default 0, 1, ..."""
+    numbers = list(range(len(days))) if numbers is None else list(numbers)
+    if len(numbers) != len(days) or len(set(numbers)) != len(numbers):
+        raise ValueError(f"numbers must name each of the {len(days)} days once, not {numbers}")
     limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
     async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
         service = ServiceClient(client, token)
@@ -182,7 +208,7 @@ async def replay_days(
             async with gate:
                 trace = await replay_episode(
                     service,
-                    f"episode-{k}",
+                    f"episode-{numbers[k]}",
                     episode,
                     days.logs[k],
                     float(days.roi_target[k]),

@@ -52,6 +52,7 @@ def replay_command(
         with progress(quiet=as_json) as bar:
             loading = bar.add_task(f"loading {split.value}/{setting.value}", total=None)
             dayset = DaySet.load(market, split.value, setting)
+            numbers = None
             if days:
                 try:
                     wanted = [int(d) for d in days.split(",")]
@@ -60,9 +61,14 @@ def replay_command(
                 missing = sorted(set(wanted) - set(dayset.days))
                 if missing:
                     raise ValueError(f"days {missing} are not in the {split.value} split")
+                repeated = sorted({d for d in wanted if wanted.count(d) > 1})
+                if repeated:
+                    raise ValueError(f"--days names {repeated} more than once")
                 import numpy as np
 
-                dayset = dayset.subset(np.array([dayset.days.index(d) for d in wanted]))
+                # each day keeps its place in the split: the campaign (and noise) rcb evaluate plays it as
+                numbers = [dayset.days.index(d) for d in wanted]
+                dayset = dayset.subset(np.array(numbers))
             bar.remove_task(loading)
             task = bar.add_task(f"replaying {len(dayset)} episodes through {url}", total=len(dayset))
             try:
@@ -75,6 +81,7 @@ def replay_command(
                         episode=episode_id,
                         token=token,
                         on_episode=lambda _t: bar.advance(task),
+                        numbers=numbers,
                     )
                 )
             except ReplayError as exc:

@@ -76,6 +76,27 @@ def test_replaying_through_the_service_gives_the_offline_episodes(models, store,
     assert (out / "boxplots.png").exists()
 
 
+def test_replaying_some_days_plays_each_as_the_campaign_it_is_in_the_split(models, tmp_path):
+    """``--days`` keeps each day's place in its split: the second test day alone is campaign ``episode-1``, the
+    episode (and posterior noise) rcb evaluate plays for it; a day named twice is refused."""
+    days = DaySet.load(Market.open(models.market), "test", SETTING)
+    assert len(days) >= 2
+    offline = evaluate(Market.open(models.market), SETTING, "test", [f"onnx:{models.cbrl_model}"], seeds=SEED + 1)
+    wanted = offline.episodes[(offline.episodes["seed"] == SEED) & (offline.episodes["day"] == days.days[1])]
+    prefix = f"replay{uuid.uuid4().hex[:8]}"
+    with rcb_serve(
+        models.cbrl_model, "memory", "--no-shield", RCB_NOISE_SEED=str(SEED), RCB_KEY_PREFIX=prefix
+    ) as server:
+        twice = rcb_replay(server.url, models.market, tmp_path / "twice", "--days", f"{days.days[1]},{days.days[1]}")
+        assert twice.exit_code == 2 and "more than once" in twice.output
+        result = rcb_replay(server.url, models.market, tmp_path / "one", "--days", str(days.days[1]))
+        assert result.exit_code == 0, result.output + server.log_tail()
+    episodes = pd.read_csv(tmp_path / "one" / "episodes.csv")
+    assert list(episodes["day"]) == [days.days[1]]
+    np.testing.assert_allclose(episodes["delivery"], wanted["delivery"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(episodes["cost"], wanted["cost"], rtol=1e-9, atol=1e-9)
+
+
 def test_replay_refuses_a_service_that_is_down_or_not_ready(models, tmp_path):
     result = CliRunner().invoke(
         app,
@@ -101,3 +122,33 @@ def test_replay_refuses_the_train_days_before_any_work(models, tmp_path):
     said = " ".join(result.output.replace("│", " ").split())  # typer's error box wraps the message
     assert result.exit_code == 2 and "'train' is not one of 'test', 'ood'" in said
     assert not (tmp_path / "x").exists()
+
+
+def test_replay_client_names_the_call_behind_an_answer_it_cannot_read():
+    """A wrong URL (an HTML page), an answer without a field the replay needs: a ReplayError naming the call, not
+    a decode error or a KeyError; a slot answer without rcb's own ``decided_by`` is read as ``unknown``."""
+    import asyncio
+
+    import httpx
+
+    from training.replay import ReplayError, ServiceClient
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/readyz":
+            return httpx.Response(200, text="<html>a login page</html>")
+        return httpx.Response(200, json={"campaign_id": "c", "slot": 1})  # no bids, no bid_ratio
+
+    async def calls() -> list[str]:
+        said = []
+        async with httpx.AsyncClient(base_url="http://svc:1", transport=httpx.MockTransport(answer)) as client:
+            service = ServiceClient(client)
+            for call in (service.ready(), service.bids("c", np.ones(3), 10)):
+                with pytest.raises(ReplayError) as refused:
+                    await call
+                said.append(str(refused.value))
+        return said
+
+    ready, bids = asyncio.run(calls())
+    assert ready.startswith("GET http://svc:1/readyz: HTTP 200, not a JSON answer") and "rcb service" in ready
+    assert bids.startswith("POST /v1/bid: the answer has no 'bids'")
+

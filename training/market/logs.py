@@ -20,10 +20,13 @@ def read_frame(path: Path) -> pd.DataFrame:
     name = path.name.lower()
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    if name.endswith((".parquet", ".pq")):
-        return pd.read_parquet(path)
-    if name.endswith((".csv", ".csv.gz")):
-        return pd.read_csv(path)
+    try:
+        if name.endswith((".parquet", ".pq")):
+            return pd.read_parquet(path)
+        if name.endswith((".csv", ".csv.gz")):
+            return pd.read_csv(path)
+    except (ValueError, OSError, pa.ArrowException) as exc:  # empty, truncated or not the format its name says
+        raise SchemaError(f"{path}: cannot be read ({exc})") from None
     raise SchemaError(f"{path}: unknown log format (expected one of {', '.join(READABLE_SUFFIXES)})")
 
 
