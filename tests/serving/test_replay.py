@@ -151,4 +151,3 @@ def test_replay_client_names_the_call_behind_an_answer_it_cannot_read():
     ready, bids = asyncio.run(calls())
     assert ready.startswith("GET http://svc:1/readyz: HTTP 200, not a JSON answer") and "rcb service" in ready
     assert bids.startswith("POST /v1/bid: the answer has no 'bids'")
-
