@@ -229,7 +229,8 @@ def capacity(
             rate = rate / 1.25
         if rate < 50:
             return 0.0
-    assert lo is not None and hi is not None
+    if lo is None or hi is None:  # twelve steps never bracketed the capacity (every step passed, or failed)
+        raise RuntimeError(f"{scenario} at {url}: no capacity bracketed from {guess:,.0f}/s (last step {rate:,.0f}/s)")
     for _ in range(bisect):
         mid = math.sqrt(lo * hi)
         r = step(scenario, url, mid, duration, campaigns, prefix)
@@ -273,7 +274,11 @@ def floor_vs_service(scenario: str, label: str, guess: float, reps: int, duratio
             loads.append(quiet.load)
             for name, cap in got.items():
                 caps[name].append(cap)
-                guesses[name] = 0.85 * cap
+                guesses[name] = max(0.85 * cap, 50.0)  # capacity() answers 0 below 50/s; the next search starts there
+            if got["floor"] <= 0:
+                raise RuntimeError(
+                    "the floor sustained no rate: the generator or the machine is the limit, not the app"
+                )
             ratios.append(got["service"] / got["floor"])
             log(
                 f"  rep {rep + 1}: floor {got['floor']:,.0f}/s, service {got['service']:,.0f}/s, "
@@ -664,12 +669,17 @@ def print_table(res: dict, n_boundary: int) -> None:
                     r["load"],
                 )
             )
-        m = r["mixed"]
+        # the ratio printed is the median repeat's own (during / outside of one run), not a ratio of two medians
+        # taken over different repeats; a run with a failed bid or slot update cannot meet the target
+        errors = sum(run["bid_errors"] + run["burst_errors"] for run in r["mixed_all"])
+        ratios = sorted(run["ratio"] for run in r["mixed_all"])
+        middle = min(r["mixed_all"], key=lambda run: abs(run["ratio"] - med(ratios)))
         rows.append(
             (
-                "mixed: bid p99 during the boundary / outside",
-                f"{m['during_p99']:.1f} / {m['outside_p99']:.1f} ms = {m['ratio']:.1f}x",
-                f"<= 2x: {verdict(m['ratio'] <= 2.0)}",
+                "mixed: bid p99 during the boundary / outside (the median repeat)",
+                f"{middle['during_p99']:.1f} / {middle['outside_p99']:.1f} ms = {middle['ratio']:.1f}x"
+                f" (repeats {', '.join(f'{x:.1f}x' for x in ratios)}; errors {errors})",
+                f"<= 2x: {verdict(middle['ratio'] <= 2.0 and errors == 0)}",
                 r["load"],
             )
         )

@@ -96,7 +96,6 @@ def _capacity(args, kw: dict, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 160)
-    pin_current_process(args.cpu)
     kw = {
         "connections": args.connections,
         "campaigns": args.campaigns,
@@ -107,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
     }
     try:
+        pin_current_process(args.cpu)  # an unusable CPU is an exit 2 ("could not run") like any other setup error
         if args.find_capacity:
             return _capacity(args, kw, console)
         result = run_scenario(

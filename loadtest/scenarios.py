@@ -313,6 +313,10 @@ def find_capacity(
     rate that passed (``sustainable_rate``; None if even the first failed). Bid scenarios (bid-json, bid-binary)."""
     if scenario not in ("bid-json", "bid-binary"):
         raise ValueError("find_capacity steps the bid rate: use bid-json or bid-binary")
+    if not factor > 1:  # a factor of 1 or less never climbs: the search would step until a step fails
+        raise ValueError(f"factor must be above 1, not {factor}")
+    if not 0 < start_rate <= max_rate:
+        raise ValueError(f"need 0 < start_rate <= max_rate, not {start_rate} and {max_rate}")
     steps, best, rate, first = [], None, start_rate, True
     while rate <= max_rate:
         res = run_scenario(scenario, url, rate=rate, duration=duration, setup=setup and first, **kw)

@@ -40,7 +40,8 @@ sys.exit(1)
 }
 servers=()
 cleanup() { for pid in "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done; }
-trap cleanup ERR INT TERM
+# On EXIT, not ERR: a failure inside a function or an explicit exit 1 fires no ERR trap and left the servers up.
+trap cleanup EXIT
 
 step "1/6 a small market: $DAYS_ID in-distribution days (half train, half test) + 4 OOD days, $IMPRESSIONS impressions each"
 # Seed 1: other days than the benchmark market's (seed 0), on which the shipped default model was trained.
@@ -85,7 +86,9 @@ echo "outputs in $OUT: market/, market_report.png, run-cbrl/ (curves.png), model
 echo "  plots), replay-fresh/, replay-plan/ and replay-default/ (the service's own episodes, slots.csv, plots)" >&2
 if [ "$KEEP_SERVING" = 1 ]; then
   kill "${servers[1]}" "${servers[2]}" 2>/dev/null || true
-  echo "the service with the model trained now is still running: ${urls[fresh]}/ui (stop it: kill ${servers[0]})"
+  kept="${servers[0]}"
+  servers=()  # the service with the fresh model outlives the script, as promised
+  echo "the service with the model trained now is still running: ${urls[fresh]}/ui (stop it: kill $kept)"
 else
   cleanup
   echo "status page (while it ran): ${urls[fresh]}/ui"

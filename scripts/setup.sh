@@ -7,10 +7,20 @@ cd "$(dirname "$0")/.."
 exec 9> .setup.lock
 flock 9
 PYTHON="${PYTHON:-python3}"
+# A venv whose pip does not run is a failed creation (Debian without python3-venv leaves bin/python and no pip):
+# made again, not skipped forever.
+if [ -x .venv/bin/python ] && ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  echo "setup: .venv is incomplete (no pip); creating it again"
+  rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "setup: first run: creating .venv and installing about 1.6 GB (torch 2.13.0 CPU build, onnxruntime, onnx,"
   echo "  numpy, pandas, pyarrow, highspy, matplotlib, fastapi, uvicorn, redis, pytest, ...): 2-4 minutes"
-  "$PYTHON" -m venv .venv
+  "$PYTHON" -m venv .venv || {
+    rm -rf .venv
+    echo "setup: $PYTHON -m venv failed (Debian/Ubuntu: apt-get install python3-venv; scripts/system-deps.sh does)" >&2
+    exit 1
+  }
   fresh=1
 fi
 QUIET=(--quiet)

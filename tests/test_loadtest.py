@@ -38,6 +38,19 @@ def test_floor_answers_like_the_hot_path(floor):
         assert c.put("/v1/campaigns/c1", json={"episode": "e1", "roi_target": 1.0, "budget": None}).status_code == 200
 
 
+def test_the_floor_routes_its_bid_as_the_service_does():
+    """The floor's /v1/bid is matched first as a plain Starlette route, like the service's (service.main): a FastAPI
+    route with a query parameter made the floor slower than the service it is the floor of."""
+    from starlette.routing import Route
+
+    from loadtest.floor import create_floor_app
+    from service.main import create_app
+
+    for app in (create_floor_app(), create_app()):
+        first = app.router.routes[0]
+        assert type(first) is Route and first.path == "/v1/bid" and first.methods == {"POST"}
+
+
 def test_modest_rate_against_floor_has_no_errors(floor):
     res = run_scenario("bid-binary", floor.url, rate=300, duration=2.0, campaigns=50, connections=16)
     s = res.summary["streams"]["bid"]
@@ -122,6 +135,16 @@ def test_cli_exits_nonzero_on_errors(tmp_path):
 
 def test_cli_exits_nonzero_when_nothing_listens():
     assert cli_main(["--url", f"http://127.0.0.1:{free_port()}", "--rate", "10", "--duration", "0.2"]) == 2
+
+
+def test_cli_refuses_what_it_cannot_run_with_exit_2(capsys):
+    """An unusable --cpu and a capacity search that cannot climb are exit 2 ("could not run"), not a traceback or
+    a search that steps forever."""
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli_main(["--url", url, "--cpu", "4096", "--rate", "10", "--duration", "0.2"]) == 2
+    assert cli_main(["--url", url, "--find-capacity", "--factor", "1", "--scenario", "bid-binary"]) == 2
+    said = capsys.readouterr().out
+    assert "CPU 4096" in said and "factor must be above 1" in said
 
 
 class _FakeRunner:
