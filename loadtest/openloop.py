@@ -441,12 +441,26 @@ def latency_stats_ms(latency_s: np.ndarray) -> dict[str, float | None]:
     return {k: round(v, 4) for k, v in zip(keys, vals, strict=True)}
 
 
+def latency_all_ms(latency_s: np.ndarray, answered: np.ndarray) -> dict[str, float | None]:
+    """p50/p90/p99/p99.9/max in milliseconds over *every* request, the unanswered (timeouts, connection errors,
+    never sent) counted as slower than any answer: a percentile that falls among them is None (beyond the client's
+    timeout), so a run that drops 2% of its requests cannot show a p99 taken over the other 98%. Percentiles are
+    of actual requests (inverted CDF), never interpolated towards an unanswered one."""
+    keys = [f"p{p:g}" for p in PERCENTILES] + ["max"]
+    if latency_s.size == 0:
+        return dict.fromkeys(keys)
+    lat = np.where(answered & np.isfinite(latency_s), latency_s * 1e3, np.inf)
+    vals = [*np.percentile(lat, PERCENTILES, method="inverted_cdf").tolist(), float(lat.max())]
+    return {k: (round(v, 4) if np.isfinite(v) else None) for k, v in zip(keys, vals, strict=True)}
+
+
 def summarize(s: StreamResult, mask: np.ndarray | None = None) -> dict:
     """JSON-able summary of a stream (or of the requests selected by ``mask``).
 
     ``achieved_rate``: requests actually sent per second over the sending span; ``throughput``: 2xx responses per
     second from the first intended send to the last response; ``latency_ms``: from the intended send time, over all
-    requests that got a response (any status); ``send_lag_ms``: actual - intended send time, the generator's own
+    requests that got a response (any status); ``latency_all_ms``: over every request, the unanswered counted as
+    slower than any answer (:func:`latency_all_ms`); ``unanswered``: how many got no response; ``send_lag_ms``: actual - intended send time, the generator's own
     (or its connection pool's) lateness, already included in the latency. With ``mask`` (a subset, maybe not
     contiguous in time) the two rates are None."""
     subset = mask is not None
@@ -479,6 +493,8 @@ def summarize(s: StreamResult, mask: np.ndarray | None = None) -> dict:
         "first_intended_s": round(first, 6) if n else None,
         "last_response_s": round(end, 6) if responded.any() else None,
         "latency_ms": latency_stats_ms(latency[responded]),
+        "unanswered": n - int(responded.sum()),
+        "latency_all_ms": latency_all_ms(latency, responded),
         "send_lag_ms": {
             "p50": round(float(np.percentile(lag, 50)) * 1e3, 4) if lag.size else None,
             "p99": round(float(np.percentile(lag, 99)) * 1e3, 4) if lag.size else None,

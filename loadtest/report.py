@@ -34,10 +34,13 @@ def print_table(result: ScenarioResult, console: Console | None = None) -> None:
     t = Table(title=title)
     for col in ("stream", "requests", "target/s", "achieved/s", "throughput/s", "errors"):
         t.add_column(col, justify="right")
-    for col in ("p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "send lag p99 ms"):
+    for col in ("p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "p99 all ms", "send lag p99 ms"):
         t.add_column(col, justify="right")
     for name, s in _rows(result):
         lat = s["latency_ms"]
+        # p99 over every request: where it falls among the unanswered, it is beyond the client's timeout
+        p99_all = s["latency_all_ms"]["p99"]
+        every = _fmt(p99_all) if p99_all is not None or not s["unanswered"] else "[red]timeout[/red]"
         err = str(s["errors"]) + (f" {s['error_counts']}" if s["errors"] else "")
         t.add_row(
             name,
@@ -47,6 +50,7 @@ def print_table(result: ScenarioResult, console: Console | None = None) -> None:
             _fmt(s["throughput"], 1),
             f"[red]{err}[/red]" if s["errors"] else err,
             *(_fmt(lat[k]) for k in ("p50", "p90", "p99", "p99.9", "max")),
+            every,
             _fmt(s["send_lag_ms"]["p99"]),
         )
     console.print(t)

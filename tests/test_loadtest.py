@@ -111,6 +111,22 @@ def test_run_is_bounded_when_the_server_never_answers(floor):
     assert (s.status == TIMEOUT).sum() == counts["timeout"]
 
 
+def test_percentiles_over_every_request_count_the_unanswered_as_slowest():
+    """98 answers in 1-98 ms and 2 timeouts: over the answers p99 reads about 98 ms, over every request the p99
+    falls among the timeouts (None: beyond the client's timeout), and the p90 is a real request's."""
+    from loadtest.openloop import StreamResult
+
+    n = 100
+    latency = np.concatenate([np.arange(1, 99) / 1e3, [np.nan, np.nan]])
+    status = np.concatenate([np.full(98, 200), [TIMEOUT, TIMEOUT]]).astype(np.int32)
+    stream = StreamResult("bid", 100.0, 4, np.arange(n) / 100, np.arange(n) / 100, latency, status)
+    s = summarize(stream)
+    assert s["unanswered"] == 2 and s["errors"] == 2
+    assert s["latency_ms"]["p99"] == pytest.approx(97.03, abs=0.01)  # the answered requests alone
+    assert s["latency_all_ms"]["p99"] is None and s["latency_all_ms"]["max"] is None
+    assert s["latency_all_ms"]["p90"] == 90.0 and s["latency_all_ms"]["p50"] == 50.0
+
+
 def test_cli_writes_outputs_and_exits_zero(floor, tmp_path):
     rc = cli_main(["--url", floor.url, "--scenario", "mixed", "--rate", "200", "--duration", "1.5", "--campaigns",
                    "100", "--burst-rate", "400", "--connections", "8", "--out", str(tmp_path), "--json"])  # fmt: skip
