@@ -460,9 +460,9 @@ def summarize(s: StreamResult, mask: np.ndarray | None = None) -> dict:
     ``achieved_rate``: requests actually sent per second over the sending span; ``throughput``: 2xx responses per
     second from the first intended send to the last response; ``latency_ms``: from the intended send time, over all
     requests that got a response (any status); ``latency_all_ms``: over every request, the unanswered counted as
-    slower than any answer (:func:`latency_all_ms`); ``unanswered``: how many got no response; ``send_lag_ms``: actual - intended send time, the generator's own
-    (or its connection pool's) lateness, already included in the latency. With ``mask`` (a subset, maybe not
-    contiguous in time) the two rates are None."""
+    slower than any answer (:func:`latency_all_ms`); ``unanswered``: how many got no response; ``send_lag_ms``:
+    actual - intended send time, the generator's own (or its connection pool's) lateness, already included in the
+    latency. With ``mask`` (a subset, maybe not contiguous in time) the two rates are None."""
     subset = mask is not None
     if mask is None:
         mask = np.ones(s.count, dtype=bool)
