@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -239,7 +240,11 @@ class ShieldInfo(_Strict):
         for name, value in config.items():
             if name not in known:
                 raise ValueError(f"shield.config: unknown field {name!r}; the fields are {', '.join(known)}")
-            if isinstance(value, bool) or not np.isfinite(value):
+            try:  # a JSON integer may be of any size: float() overflows where numpy would raise a TypeError
+                finite = not isinstance(value, bool) and math.isfinite(float(value))
+            except OverflowError:
+                finite = False
+            if not finite:
                 raise ValueError(f"shield.config: {name} must be a finite number, not {value!r}")
             if name == "warmup_slots" and value != int(value):
                 raise ValueError(f"shield.config: warmup_slots counts slots, not {value!r}")
@@ -424,6 +429,8 @@ def read_card(directory: Path) -> ModelCard:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'model.json'}: {e['msg']}" for e in exc.errors())
         raise ArtifactError(f"{path}: invalid model card: {problems}") from None
+    except (TypeError, OverflowError) as exc:  # a validator meeting a value of a type it did not expect
+        raise ArtifactError(f"{path}: invalid model card: {type(exc).__name__}: {exc}") from None
     if card.is_planner:
         assert card.planner is not None
         if card.planner.version != PLANNER_VERSION:

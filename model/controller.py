@@ -12,7 +12,8 @@ as a function of the history alone so it can run in any process from stored stat
   ``spent_s = C_s / B`` against ``planned_s``, the share of a day's traffic before slot ``s``.
 
 The ratio is the more conservative loop, clipped to ``[0.01, 4]``. The integrals are sums over the
-slots reported so far, so the stateless form bids exactly what the stateful PID bidder bids.
+slots reported so far, so the stateless form bids what the stateful PID bidder bids, to rounding (a
+cumulative sum where the bidder adds slot by slot: the log-ratios differ by about 1e-14).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class Reference(Protocol):
 
 RATIO_FLOOR = 0.01
 """The controller never bids below this: a ratio of 0 would stop all feedback."""
+PROFILE_SUM_TOLERANCE = 1e-3
+"""How far a traffic profile's shares may sum from 1 (a card rounds each share to 6-8 digits)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class ControllerGains:
         profile = np.asarray(self.traffic_profile, dtype=np.float64)
         if profile.shape != (SLOTS_PER_DAY,) or not np.all(np.isfinite(profile) & (profile >= 0)):
             raise ValueError(f"traffic_profile must hold {SLOTS_PER_DAY} finite non-negative shares")
+        # shares of the day's traffic: per-slot counts (summing to 48, say) would read every campaign as underspending
+        if abs(float(profile.sum()) - 1.0) > PROFILE_SUM_TOLERANCE:
+            raise ValueError(f"traffic_profile must hold shares of the day summing to 1, not {float(profile.sum()):g}")
         if not all(np.isfinite(getattr(self, name)) for name in GAIN_FIELDS):
             raise ValueError(f"the gains ({', '.join(GAIN_FIELDS)}) must be finite numbers")
         if not RATIO_FLOOR <= self.initial_ratio <= RATIO_MAX:

@@ -144,6 +144,8 @@ class Policy:
 
     def decide(self, histories: Sequence[History], keys: Sequence[NoiseKey]) -> Decision:
         """Next ratios of every row of ``histories`` (rows in order; each History at its own slot)."""
+        if not histories or not any(h.n for h in histories):
+            raise ValueError("no campaign histories to decide")
         if self.artifact.planner is not None:  # a planner model reads the stats themselves, no features or noise
             planner = self.artifact.planner
             decided = [planner.decide(h) for h in histories]

@@ -10,6 +10,7 @@ same ``eps`` whichever process serves the slot, and independent streams per camp
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ def noise(seed: int, campaign: str, episode: str, slot: int, dim: int) -> np.nda
     The slot sits in the counter's second word; Philox advances the first word within a draw, so
     the streams of different slots never overlap.
     """
+    slot = operator.index(slot)  # an integer (numpy's too); a float slot would be truncated into the counter
     if not 0 <= slot < 2**63:
         raise ValueError(f"slot must be >= 0, not {slot}")
     counter = np.array([0, slot, 0, 0], dtype=np.uint64)
@@ -39,7 +41,7 @@ def noise_batch(
     seed: int, campaigns: Sequence[str], episodes: Sequence[str], slot: int | Sequence[int], dim: int
 ) -> np.ndarray:
     """:func:`noise` for many episodes at once, shape ``(n, dim)``; ``slot`` may differ per episode."""
-    slots = [slot] * len(campaigns) if isinstance(slot, int) else list(slot)
+    slots = [operator.index(slot)] * len(campaigns) if np.ndim(slot) == 0 else list(slot)  # type: ignore[arg-type]
     if not len(campaigns) == len(episodes) == len(slots):
         raise ValueError("campaigns, episodes and slots must have one entry per episode")
     out = np.empty((len(campaigns), dim))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.contract import RATIO_MAX
+from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.controller import RATIO_FLOOR, ControllerGains, controller_ratios
 from model.history import History
 
@@ -89,8 +89,8 @@ class ShieldConfig:
             raise ValueError("need -tight < tight_above <= wide")
         if self.roi_slack < 0 or self.roi_alarm < 0 or self.roi_slack + self.roi_alarm <= 0:
             raise ValueError("need roi_slack >= 0, roi_alarm >= 0 and roi_slack + roi_alarm > 0")
-        if self.pace_alarm <= 0 or self.warmup_slots < 0:
-            raise ValueError("need pace_alarm > 0 and warmup_slots >= 0")
+        if self.pace_alarm <= 0 or not 0 <= self.warmup_slots <= SLOTS_PER_DAY:  # longer: a shield that never acts
+            raise ValueError(f"need pace_alarm > 0 and 0 <= warmup_slots <= {SLOTS_PER_DAY}")
         if not 0 <= self.roi_min_spend <= 1:
             raise ValueError("need 0 <= roi_min_spend <= 1")
         if not 0 <= self.trust <= TRUST_MAX:

@@ -12,6 +12,7 @@ format version or a malformed one with :class:`StateError`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -74,6 +75,16 @@ class CampaignState:
             raise StateError(f"slot must be in 0..{SLOTS_PER_DAY}, not {self.slot}")
         if self.stats.shape != (len(COLUMNS), self.slot):
             raise StateError(f"stats must be ({len(COLUMNS)}, {self.slot}); got {self.stats.shape}")
+        # Scalar checks (this runs on every update): a foreign or corrupt blob must not serve a ratio of 99 or
+        # register L = 0, which the API refuses on the way in.
+        if not (math.isfinite(self.roi_target) and self.roi_target > 0):
+            raise StateError(f"roi_target must be finite and > 0, not {self.roi_target!r}")
+        if self.budget is not None and not (math.isfinite(self.budget) and self.budget > 0):
+            raise StateError(f"budget must be None or finite and > 0, not {self.budget!r}")
+        if not (math.isfinite(self.next_ratio) and RATIO_MIN <= self.next_ratio <= RATIO_MAX):
+            raise StateError(f"next_ratio must be in [{RATIO_MIN}, {RATIO_MAX}], not {self.next_ratio!r}")
+        if not 0 <= self.seed < 2**64:  # msgpack's integers
+            raise StateError(f"seed must be in 0..2**64-1, not {self.seed}")
 
     # --- Building -----------------------------------------------------------------------------------------
 
@@ -219,9 +230,11 @@ class CampaignState:
             slot = int(body["t"])
             stats = np.frombuffer(body["x"], dtype="<f8").astype(np.float64).reshape(len(COLUMNS), slot)
             mean, std = body["pm"], body["ps"]
+            if not all(isinstance(body[k], str) for k in ("c", "e", "mv", "by")):
+                raise TypeError("the ids, model version and decider must be strings")
             return cls(
-                campaign=str(body["c"]),
-                episode=str(body["e"]),
+                campaign=body["c"],
+                episode=body["e"],
                 roi_target=float(body["L"]),
                 budget=None if body["B"] is None else float(body["B"]),
                 seed=int(body["seed"]),
@@ -230,8 +243,8 @@ class CampaignState:
                 next_ratio=float(body["r"]),
                 posterior_mean=None if mean is None else tuple(float(v) for v in mean),
                 posterior_std=None if std is None else tuple(float(v) for v in std),
-                model_version=str(body["mv"]),
-                decided_by=str(body["by"]),
+                model_version=body["mv"],
+                decided_by=body["by"],
                 deciders=str(body.get("dby", "")),
                 versions=tuple((int(first), str(v)) for first, v in body.get("mvs", ())),
                 updated=float(body["u"]),

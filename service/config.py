@@ -38,7 +38,7 @@ class Settings(BaseSettings):
     """Keep the model's ratio within the safety shield's band around a PID controller on the same stats
     (``model/shield.py``); answers say ``decided_by: shield`` when it moved the ratio. On by default: the shipped
     model scores 0.716 (CSR 0.90) alone and 0.772 (CSR 1.00) shielded on the benchmark's MC OOD days (RESULTS.md)."""
-    noise_seed: int = Field(default=0, ge=0)
+    noise_seed: int = Field(default=0, ge=0, lt=2**64)
     """Posterior-sampling seed: z is drawn from the stream keyed by (seed, campaign, episode), slot in the counter."""
     api_token: SecretStr | None = None
     """If set, write endpoints (register, slot updates, model reload) need ``Authorization: Bearer <token>``."""

@@ -244,6 +244,18 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
         lambda d, e: rewrite_card(d, lambda r: r["training"].update(controller={**GAINS, "kp": float("nan")})),
         "must be finite numbers",
     ),
+    "shield value too large for a float": (  # JSON integers have no size limit; numpy's isfinite raised TypeError
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trust": 10**400}})),
+        "shield.config: trust must be a finite number",
+    ),
+    "shield warmup past the day": (  # a shield that never acts
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"warmup_slots": 10**25}})),
+        "shield.config: need pace_alarm > 0 and 0 <= warmup_slots <= 48",
+    ),
+    "traffic profile of counts": (  # per-slot counts, not shares: every campaign would read as underspending
+        lambda d, e: rewrite_card(d, lambda r: r["training"].update(traffic_profile=[1.0] * 48)),
+        "summing to 1, not 48",
+    ),
     "traffic profile length": (
         lambda d, e: rewrite_card(d, lambda r: r["training"].update(traffic_profile=[1 / 47] * 47)),
         "traffic_profile must hold 48 finite non-negative shares",

@@ -126,6 +126,20 @@ def test_the_noise_is_the_shared_counter_based_draw_bit_for_bit(played: History)
         assert inputs.eps[k].tobytes() == expected.tobytes()
 
 
+def test_the_noise_takes_numpy_slots_and_refuses_fractional_ones():
+    from model.sampling import noise_batch
+
+    assert noise(7, "c", "e", np.int64(3), 4).tobytes() == noise(7, "c", "e", 3, 4).tobytes()
+    assert noise_batch(7, ["c"], ["e"], np.int64(3), 4).tobytes() == noise_batch(7, ["c"], ["e"], 3, 4).tobytes()
+    with pytest.raises(TypeError):  # slot 3.7 was truncated into slot 3's counter
+        noise(7, "c", "e", 3.7, 4)  # type: ignore[arg-type]
+
+
+def test_deciding_nothing_is_a_clear_error(exported: Exported):
+    with pytest.raises(ValueError, match="no campaign histories to decide"):
+        Policy(load_artifact(exported.cbrl_model)).decide([], [])
+
+
 def test_a_batch_at_mixed_slots_equals_deciding_one_by_one(exported: Exported, played: History):
     policy = Policy(load_artifact(exported.cbrl_model))
     mixed = [states_at(played, slot, seed=5)[k % played.n] for k, slot in enumerate((0, 1, 17, 47, 17, 0))]

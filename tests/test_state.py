@@ -62,6 +62,32 @@ def test_other_versions_and_garbage_are_refused():
         CampaignState.from_bytes(msgpack.packb(body))
 
 
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("L", 0.0, "roi_target must be finite and > 0"),
+        ("L", float("nan"), "roi_target must be finite and > 0"),
+        ("B", -5.0, "budget must be None or finite and > 0"),
+        ("r", 99.0, "next_ratio must be in"),
+        ("r", float("nan"), "next_ratio must be in"),
+        ("c", b"zz", "must be strings"),
+        ("pm", "abc", "malformed"),
+    ],
+)
+def test_a_blob_the_api_would_never_write_is_refused(field: str, value: object, message: str):
+    """A foreign or corrupt blob must not serve a ratio of 99 or run a campaign with L = 0: a StateError, as the
+    store's callers expect, not a state that breaks later."""
+    body = msgpack.unpackb(CampaignState.new("c", "e", 1.0, 100.0, 0).to_bytes())
+    body[field] = value
+    with pytest.raises(StateError, match=message):
+        CampaignState.from_bytes(msgpack.packb(body, use_bin_type=True))
+
+
+def test_a_noise_seed_beyond_msgpack_is_refused_when_the_state_is_made():
+    with pytest.raises(StateError, match="seed must be in"):
+        CampaignState.new("c", "e", 1.0, None, 2**64)
+
+
 def test_reports_append_the_decided_ratio_and_answers_are_recoverable():
     state = CampaignState.new("c", "e", 1.0, 10.0, 0).decided(1.5, "m")
     state = state.reported(4.0, 3.0, 2, 50).decided(1.7, "m").reported(5.0, 8.0, 4, 60).decided(0.9, "m")
