@@ -337,6 +337,19 @@ def test_changed_train_data_invalidates_the_tuning_cache(source: Path, tmp_path:
     assert calls == {"rm": 1, "pid": 1, "cem": 0}
 
 
+def test_a_changed_oracle_invalidates_the_tuning_cache(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A tuning's score is D / D* on the train days: new oracle semantics (D* recomputed) make every baseline
+    re-tune, as new train days do."""
+    import training.evaluate
+
+    market = copy_market(source, tmp_path / "market", keep_cache=False)
+    evaluate(market, "sc", "test", ["rm", "pid"], seeds=1)
+    monkeypatch.setattr(training.evaluate, "ORACLE_SEMANTICS", training.evaluate.ORACLE_SEMANTICS + " (changed)")
+    calls = count_tunes(monkeypatch)
+    evaluate(Market.open(market.root), "sc", "test", ["rm", "pid"], seeds=1)
+    assert calls == {"rm": 1, "pid": 1, "cem": 0}
+
+
 def test_missing_caches_are_computed(source: Path, tmp_path: Path, sc_run: dict[str, Any]):
     """With no .rcb-cache at all (no oracle answers, no tuned parameters), evaluate solves and tunes what it needs,
     writes the caches and gives the same episodes as the run that had them."""
@@ -451,3 +464,29 @@ def test_mc_end_to_end(source: Path, tmp_path: Path):
     assert written["oracle-slot"]["ans_mean"] == 1.0 and written["oracle-slot"]["csr"] == 1.0
     meta = json.loads((out / "meta.json").read_text())
     assert meta["setting"] == "mc" and meta["split"] == "ood" and set(meta["tuned"]) == {"rm", "pid", "cem", "plan"}
+
+
+def test_the_summary_counts_feasible_episodes_above_the_oracle():
+    """D* is the paper's reference, not a strict bound (docs/metrics.md): a feasible episode that delivered more
+    than a positive D* is counted (an infeasible one, or a D* = 0 day, is not)."""
+    import pandas as pd
+
+    from training.evaluate import summarize
+
+    episodes = pd.DataFrame(
+        {
+            "method": ["m"] * 4,
+            "seed": [0] * 4,
+            "day": [0, 1, 2, 3],
+            "delivery": [101.0, 50.0, 120.0, 3.0],
+            "cost": [50.0, 40.0, 200.0, 1.0],
+            "roi": [2.02, 1.25, 0.6, 3.0],
+            "feasible": [True, True, False, True],
+            "oracle_delivery": [100.0, 100.0, 100.0, 0.0],
+            "roi_target": [1.0] * 4,
+            "budget": [np.inf] * 4,
+            "score": [1.01, 0.5, 0.0, 1.0],
+        }
+    )
+    row = summarize(episodes, ["m"])["m"]
+    assert row["n_above_oracle"] == 1 and row["n_zero_oracle"] == 1

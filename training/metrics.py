@@ -28,8 +28,10 @@ Conventions for the cases the formulas leave undefined (each one is tested in ``
   episode achieves (in practice by bidding little); ``rcb evaluate`` counts them (``n_zero_oracle``)
   and reports the feasible share on them and ANS over the other days apart. With ``D = 0`` the ratio
   is ``0/0``: the episode matched the oracle exactly. With ``D > 0`` the oracle failed to be an upper
-  bound on that day (e.g. its ratio grid found no feasible delivery where a finer ratio did); the
-  ratio is capped at ``1`` rather than ``+inf`` so that one degenerate day cannot make a mean infinite.
+  bound on that day (its whole-slot plans on a ratio grid found no feasible delivery where a finer ratio, a
+  slot cut by the budget stop or a per-bucket bid did: docs/metrics.md); the ratio is capped at ``1`` rather
+  than ``+inf`` so that one degenerate day cannot make a mean infinite. Where ``D* > 0`` the same reasons can
+  put ``D / D*`` slightly above 1 (measured: at most about 1%), which is left as it is.
 * **G-metric with zero delivery.** The relative ROI violation ``L*C/D - 1`` is ``0`` when ``C = 0``
   (nothing spent, nothing violated) and ``+inf`` when ``D = 0 < C``. The violation is clipped at
   ``max_violation`` (default 10, i.e. an ROI eleven times below target) so such an episode scores the
