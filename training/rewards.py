@@ -21,7 +21,9 @@ their limits, so both terms are O(1).
   which tighten early slots (reserve budget, demand ROI) and reach the original ``L`` and ``0`` at ``T``.
 * :func:`uscb_reward`: USCB's soft combination, ``min(D/D*, 1) - (gamma^{(L C / D - 1)_+} - 1)`` at ``T``
   (the G-metric's per-episode score, :func:`training.metrics.gmetric_scores`, with a tuned ``gamma``).
-* ``D* = 0`` follows the metrics' convention (``D / D*`` counts as 1; :mod:`training.metrics`).
+* ``D* = 0``: the terminal rewards follow the metrics' convention (``D / D*`` counts as 1;
+  :mod:`training.metrics`); :func:`curriculum_reward`'s per-slot credit ``d_t / D*`` is 0 there (its
+  penalties still apply). No train day of the suite's markets has ``D* = 0``.
 * :func:`lagrangian_reward`: RCPO's ``D/D* - lambda * violation`` at ``T``; lambda follows dual ascent
   (:class:`DualAscent`).
 """
