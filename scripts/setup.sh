@@ -26,9 +26,24 @@ fi
 QUIET=(--quiet)
 [ -n "${fresh:-}" ] && QUIET=(--progress-bar on)
 .venv/bin/python -m pip install --quiet --upgrade pip
-# torch first, pinned: this version resolves to the CPU wheel; a looser spec could pull a multi-GB CUDA build.
+# torch first, pinned, and the CPU build: PyPI's torch for Linux x86_64 is the CUDA build (several GB). Where pip
+# already resolves torch==2.13.0 to a +cpu wheel without any index (a local wheel directory, as on the project's
+# machines), that is used; otherwise PyTorch's CPU index (TORCH_INDEX_URL to override), and if that cannot be
+# reached, pip's own resolution.
 [ -n "${fresh:-}" ] && echo "setup: torch 2.13.0 (CPU)"
-.venv/bin/python -m pip install "${QUIET[@]}" torch==2.13.0 2>&1 | { grep -v "^WARNING: Location" || true; }
+TORCH=torch==2.13.0
+local_build="$(.venv/bin/python -m pip install --dry-run --ignore-installed --no-deps --no-index --quiet \
+  --report - "$TORCH" 2>/dev/null | .venv/bin/python -c \
+  'import json, sys; print(*(i["metadata"]["version"] for i in json.load(sys.stdin)["install"]))' 2>/dev/null || true)"
+install_torch() { .venv/bin/python -m pip install "${QUIET[@]}" "$@" "$TORCH" 2>&1 | { grep -v "^WARNING: Location" || true; }; }
+if .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__ != '2.13.0+cpu')" 2>/dev/null; then
+  :  # installed already
+elif [[ "$local_build" == *+cpu ]]; then
+  install_torch
+else
+  install_torch --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" \
+    || { echo "setup: the CPU index is out of reach; installing torch as pip resolves it" >&2; install_torch; }
+fi
 [ -n "${fresh:-}" ] && echo "setup: rcb and its dependencies (pyproject.toml: base + train, bench, dev extras)"
 .venv/bin/python -m pip install "${QUIET[@]}" -e '.[train,bench,dev]' 2>&1 | { grep -v "^WARNING: Location\|BuildBackendWarning\|^  *!!\|^  *\*\*\*\|Please be careful\|name as your package\|with strategy, WheelFile\|^  *$" || true; }
 .venv/bin/python -c "import rcb, torch, onnxruntime, fastapi, redis" || { echo "setup: the install failed" >&2; exit 1; }
