@@ -240,7 +240,7 @@ def capacity(
             rate = rate / 1.25
         if rate < 50:
             return 0.0
-    if lo is None or hi is None:  # twelve steps never bracketed the capacity (every step passed, or failed)
+    if lo is None or hi is None:  # the ladder never bracketed the capacity (every step passed, or failed)
         raise RuntimeError(f"{scenario} at {url}: no capacity bracketed from {guess:,.0f}/s (last step {rate:,.0f}/s)")
     for _ in range(bisect):
         mid = math.sqrt(lo * hi)
@@ -268,7 +268,8 @@ def floor_vs_service(scenario: str, label: str, guess: float, reps: int, duratio
     log(f"\n== {label}: floor vs service (memory store), {reps} alternating repeats ==")
     loads: list[str] = []
     # The generator's own ceiling on this scenario, in the same run: a floor near it measures the generator, and
-    # the service/floor ratio is then a lower bound (the null server answers at once, so only the client limits).
+    # the service/floor ratio is then a lower bound. The null server answers at once with 2 bytes, so the ceiling
+    # leaves out the client's cost of reading a bid's answer: an upper estimate.
     with start_nullserver(cpu=SERVER_CPU) as null:
         ceiling, quiet = measured(lambda: capacity(scenario, null.url, guess, duration))
     log(f"  the generator's ceiling (loadtest.nullserver): {ceiling:,.0f}/s  ({quiet.note()})")

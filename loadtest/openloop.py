@@ -449,6 +449,9 @@ def latency_all_ms(latency_s: np.ndarray, answered: np.ndarray) -> dict[str, flo
     keys = [f"p{p:g}" for p in PERCENTILES] + ["max"]
     if latency_s.size == 0:
         return dict.fromkeys(keys)
+    if answered.all() and np.isfinite(latency_s).all():  # nothing unanswered: exactly latency_ms's figures
+        answered_stats = latency_stats_ms(latency_s)
+        return {k: answered_stats[k] for k in keys}
     lat = np.where(answered & np.isfinite(latency_s), latency_s * 1e3, np.inf)
     vals = [*np.percentile(lat, PERCENTILES, method="inverted_cdf").tolist(), float(lat.max())]
     return {k: (round(v, 4) if np.isfinite(v) else None) for k, v in zip(keys, vals, strict=True)}

@@ -39,7 +39,7 @@ sys.exit(1)
 " "$1"
 }
 servers=()
-cleanup() { for pid in "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+cleanup() { for pid in ${servers[@]+"${servers[@]}"}; do kill "$pid" 2>/dev/null || true; done; }  # bash 4.0-4.3: set -u
 # On EXIT, not ERR: a failure inside a function or an explicit exit 1 fires no ERR trap and left the servers up.
 trap cleanup EXIT
 

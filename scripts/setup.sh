@@ -10,8 +10,11 @@ PYTHON="${PYTHON:-python3}"
 # A venv whose pip does not run is a failed creation (Debian without python3-venv leaves bin/python and no pip):
 # made again, not skipped forever.
 if [ -x .venv/bin/python ] && ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
-  echo "setup: .venv is incomplete (no pip); creating it again"
-  rm -rf .venv
+  # a venv made without pip (uv venv, --without-pip) gets one; one that cannot is deleted and made again
+  if ! .venv/bin/python -m ensurepip --upgrade >/dev/null 2>&1; then
+    echo "setup: .venv has no pip and cannot bootstrap one; deleting it and creating it again"
+    rm -rf .venv
+  fi
 fi
 if [ ! -x .venv/bin/python ]; then
   echo "setup: first run: creating .venv and installing about 1.6 GB (torch 2.13.0 CPU build, onnxruntime, onnx,"
@@ -36,12 +39,18 @@ local_build="$(.venv/bin/python -m pip install --dry-run --ignore-installed --no
   --report - "$TORCH" 2>/dev/null | .venv/bin/python -c \
   'import json, sys; print(*(i["metadata"]["version"] for i in json.load(sys.stdin)["install"]))' 2>/dev/null || true)"
 install_torch() { .venv/bin/python -m pip install "${QUIET[@]}" "$@" "$TORCH" 2>&1 | { grep -v "^WARNING: Location" || true; }; }
-if .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__ != '2.13.0+cpu')" 2>/dev/null; then
+installed="$(.venv/bin/python -c "import torch; print(torch.__version__)" 2>/dev/null || true)"
+replace=()
+if [ -n "$installed" ] && [ "$installed" != "2.13.0+cpu" ]; then
+  echo "setup: torch $installed is installed; replacing it with 2.13.0+cpu" >&2
+  replace=(--force-reinstall --no-deps)  # torch==2.13.0 alone would count a CUDA 2.13.0 as satisfying it
+fi
+if [ "$installed" = "2.13.0+cpu" ]; then
   :  # installed already
 elif [[ "$local_build" == *+cpu ]]; then
-  install_torch
+  install_torch ${replace[@]+"${replace[@]}"}
 else
-  install_torch --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" \
+  install_torch ${replace[@]+"${replace[@]}"} --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" \
     || { echo "setup: the CPU index is out of reach; installing torch as pip resolves it" >&2; install_torch; }
 fi
 [ -n "${fresh:-}" ] && echo "setup: rcb and its dependencies (pyproject.toml: base + train, bench, dev extras)"

@@ -391,6 +391,23 @@ def test_an_import_that_fails_while_writing_keeps_the_old_market(tmp_path: Path,
     assert [d.day for d in Market.open(out).days] == [901, 902, 903]
 
 
+def test_a_failed_first_import_leaves_no_directory_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The staging directory lives inside --out (one file system: moving the days in is a rename, never a copy
+    across devices); an import that fails before its commit removes the directory it made."""
+    seen: list[Path] = []
+
+    def failing_write(log, path: Path) -> None:
+        seen.append(path)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(adapters, "write_day", failing_write)
+    out = tmp_path / "new" / "market"
+    with pytest.raises(OSError, match="disk full"):
+        import_market("cbrl-syn", CBRL, out)
+    assert seen[0].parent.parent == out and seen[0].parent.name.startswith(".import-")
+    assert not out.exists()
+
+
 def test_day_ids_outside_the_schema_and_negative_cbrl_factors_are_rows_left_out(tmp_path: Path):
     rows = pd.read_csv(CBRL / "0902.csv")
     frames = [rows.assign(day_no=-1), rows.assign(day_no=2**31), rows.assign(day_no=7)]

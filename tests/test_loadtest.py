@@ -125,6 +125,10 @@ def test_percentiles_over_every_request_count_the_unanswered_as_slowest():
     assert s["latency_ms"]["p99"] == pytest.approx(97.03, abs=0.01)  # the answered requests alone
     assert s["latency_all_ms"]["p99"] is None and s["latency_all_ms"]["max"] is None
     assert s["latency_all_ms"]["p90"] == 90.0 and s["latency_all_ms"]["p50"] == 50.0
+    answered = summarize(StreamResult("bid", 100.0, 4, np.arange(98) / 100, np.arange(98) / 100,
+                                      latency[:98], status[:98]))  # fmt: skip
+    assert answered["unanswered"] == 0  # nothing unanswered: the two blocks agree to the digit
+    assert answered["latency_all_ms"] == {k: answered["latency_ms"][k] for k in answered["latency_all_ms"]}
 
 
 def test_cli_writes_outputs_and_exits_zero(floor, tmp_path):

@@ -85,9 +85,10 @@ def test_report_never_overwrites_a_json_that_is_not_its_own(generated: Path, tmp
     beside_manifest = runner.invoke(app, ["market", "report", str(market), "--out", str(market / "manifest.png")])
     assert beside_manifest.exit_code == 2 and "not a market report" in beside_manifest.output
     assert (market / "manifest.json").read_bytes() == manifest and not (market / "manifest.png").exists()
-    (tmp_path / "summary.json").write_text('{"rm": {"ans": 0.5}}')  # e.g. an evaluation's
-    other = runner.invoke(app, ["market", "report", str(market), "--out", str(tmp_path / "summary.png")])
-    assert other.exit_code == 2 and (tmp_path / "summary.json").read_text() == '{"rm": {"ans": 0.5}}'
+    for body in ('{"rm": {"ans": 0.5}}', "{}"):  # an evaluation's summary; an empty object is no report either
+        (tmp_path / "summary.json").write_text(body)
+        other = runner.invoke(app, ["market", "report", str(market), "--out", str(tmp_path / "summary.png")])
+        assert other.exit_code == 2 and (tmp_path / "summary.json").read_text() == body
 
 
 def test_report_summary_file_is_strict_json(generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

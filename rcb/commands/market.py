@@ -156,6 +156,7 @@ def _is_report_summary(path: Path) -> bool:
         return False
     return (
         isinstance(body, dict)
+        and bool(body)
         and set(body) <= set(SPLITS)
         and all(isinstance(v, dict) and "days" in v for v in body.values())
     )

@@ -64,6 +64,7 @@ competing bid.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -91,8 +92,8 @@ from training.market.dataset import (
     SPLITS,
     DayEntry,
     Market,
+    MarketError,
     MCConstraints,
-    clear_market,
     file_sha256,
 )
 from training.market.logs import READABLE_SUFFIXES, read_frame, write_day
@@ -488,6 +489,16 @@ def _check_out(out: Path, overwrite: bool) -> None:
         )
 
 
+def _listed_files(out: Path) -> set[str]:
+    """The day files an existing market in ``out`` lists (none if there is no readable market)."""
+    if not (out / MANIFEST).exists():
+        return set()
+    try:
+        return {entry.file for entry in Market.open(out).days if (out / entry.file).parent == out}
+    except MarketError:
+        return set()
+
+
 def _day_file(day: int) -> str:
     return f"day_{day:03d}.parquet"
 
@@ -547,10 +558,14 @@ def import_market(
         raise ValueError(f"ood_days {shown} are not in the logs (days {min(logs)}..{max(logs)})")
     splits = split_assignment(list(logs), ood_days, test_fraction, seed)
 
-    # Days are written beside the destination and moved in only once every one is written and every constraint
-    # drawn, so a failure leaves an existing market as it was.
-    staging = out.parent / f".{out.name}.import-{os.getpid()}.{uuid.uuid4().hex}"
-    staging.mkdir(parents=True)
+    # Days are written into a staging directory inside the destination (one file system, so moving them in is a
+    # rename) and moved in only once every one is written and every constraint drawn: a failure before that leaves
+    # an existing market as it was. The moves and the new manifest are the commit.
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    staging = out / f".import-{os.getpid()}.{uuid.uuid4().hex}"
+    staging.mkdir()
+    committed = False
     try:
         entries: list[DayEntry] = []
         curves = {}
@@ -605,12 +620,19 @@ def import_market(
             source["constraints"] = (
                 f"drawn: {recipe.kind} recipe (training.market.constraints, default_rng([seed, day, 1]))"
             )
-        clear_market(out)
+        stale = _listed_files(out)
+        (out / MANIFEST).unlink(missing_ok=True)  # first: no manifest ever lists files that are not its own
         for entry in entries:
             os.replace(staging / entry.file, out / entry.file)
         Market(root=out, days=entries, source=source).save()
+        committed = True
+        for name in stale - {entry.file for entry in entries}:
+            (out / name).unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if created and not committed:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if empty: the directory this import made for nothing
     return ImportSummary(
         format=fmt,
         src=str(src),
