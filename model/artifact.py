@@ -522,6 +522,13 @@ def load_artifact(directory: Path | str, intra_op_threads: int = 1) -> Artifact:
     the service scales out by processes).
     """
     directory = Path(directory)
+    try:
+        return _load(directory, intra_op_threads)
+    except OSError as exc:  # a file that exists but cannot be read (permissions, I/O error): the model is not usable
+        raise ArtifactError(f"{directory}: cannot read the model ({type(exc).__name__}: {exc})") from None
+
+
+def _load(directory: Path, intra_op_threads: int) -> Artifact:
     card = read_card(directory)
     sessions: dict[str, Any] = {}
     for name in card.expected_files:

@@ -204,6 +204,12 @@ class Episodes:
     def _applied(self, state: CampaignState) -> None:
         self.cache.put(state.campaign, state)
         self.metrics.slot_updates.labels(result="applied").inc()
+        self.metrics.store_up.set(1)  # a write landed: the store answers (not only after the next /readyz ping)
+
+    def _unavailable(self, updates: int) -> None:
+        """``updates`` slot updates the store could not take (batch items answer 503 inside a 200 batch)."""
+        self.metrics.store_up.set(0)
+        self.metrics.slot_updates.labels(result="unavailable").inc(updates)
 
     def _count(self, decided: Decided, landed: Sequence[tuple[int, str]]) -> None:
         """Decisions by who decided; per campaign: shield actions and slots with out-of-range features. ``landed``:
@@ -239,8 +245,12 @@ class Episodes:
                 seen.add(u.campaign_id)
                 unique.append(i)
         stored: list[Stored | None] = []
-        for start, stop in self._spans(len(unique)):  # read in chunks too: one big pipeline is one long stall
-            stored += await self.store.get_many([updates[i].campaign_id for i in unique[start:stop]])
+        try:
+            for start, stop in self._spans(len(unique)):  # read in chunks too: one big pipeline is one long stall
+                stored += await self.store.get_many([updates[i].campaign_id for i in unique[start:stop]])
+        except StoreUnavailable:
+            self._unavailable(max(len(unique) - 1, 0))  # the 503 handler counts the request's one
+            raise
         pending: list[tuple[int, CampaignState]] = []
         for start, stop in self._spans(len(unique)):
             async with self._lane:
@@ -346,6 +356,7 @@ class Episodes:
                         results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
                     elif isinstance(current, StoreError):
                         results[i] = self._error_item(u, store_unavailable(current))
+                        self._unavailable(1)
                     else:
                         results[i] = self._written(u, new, current)
                 self._count(
@@ -374,6 +385,7 @@ class Episodes:
                     return
                 except StoreUnavailable as exc:
                     results[i] = self._error_item(u, store_unavailable(exc))
+                    self._unavailable(1)
                     return
             results[i] = self._written(u, new, current)
             if current is None:

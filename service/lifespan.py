@@ -69,6 +69,8 @@ def _install_sighup(runner: ModelRunner, metrics: object) -> None:
                 metrics.set_model(version, loaded=True)  # type: ignore[attr-defined]
             except ArtifactError as exc:
                 log.error("model reload refused; the old model keeps serving", extra={"error": str(exc)})
+            except Exception:  # a signal's task has no caller to report to: log it, keep the old model serving
+                log.exception("model reload failed; the old model keeps serving")
 
         asyncio.get_running_loop().create_task(run())
 

@@ -287,6 +287,18 @@ def test_a_bad_artifact_is_refused_with_a_message_naming_the_problem(exported: E
         load_artifact(directory)
 
 
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs /proc/self/mem, a file whose read fails")
+def test_a_model_file_that_cannot_be_read_is_an_artifact_error(exported: Exported, tmp_path: Path):
+    """An I/O or permission error on a model file is a model that cannot load (the service falls back and a reload
+    answers 422), not an OSError that stops the service starting."""
+    directory = tmp_path / "model"
+    shutil.copytree(exported.cbrl_model, directory)
+    (directory / ENCODER_FILE).unlink()
+    (directory / ENCODER_FILE).symlink_to("/proc/self/mem")  # exists, is a file, and reading it fails (EIO)
+    with pytest.raises(ArtifactError, match="cannot read the model"):
+        load_artifact(directory)
+
+
 def test_a_missing_directory_is_refused(tmp_path: Path):
     with pytest.raises(ArtifactError, match="no such model directory"):
         load_artifact(tmp_path / "absent")

@@ -20,7 +20,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from service.store.base import Stored
+from service.store.base import Stored, StoreError
 from service.store.redis import _FIELDS, RedisStore, _decode
 
 SCHEME = "redis+cluster"
@@ -94,6 +94,14 @@ class RedisClusterStore(RedisStore):
             if not self._ready:
                 await self._client.initialize()
                 self._ready = True
+
+    async def ping(self) -> bool:
+        """Every primary answers: a plain PING reaches one node, which answers while another primary is down and
+        the campaigns it holds answer 503 (readiness and ``rcb_store_up`` would say the store is fine)."""
+        try:
+            return bool(await self._call("ping", lambda: self._client.ping(target_nodes=RedisCluster.PRIMARIES)))
+        except StoreError:
+            return False
 
     def _make_pubsub_client(self, attempt: int) -> Redis:
         host, port = self.nodes[attempt % len(self.nodes)]

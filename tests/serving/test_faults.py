@@ -10,13 +10,12 @@ import pytest
 
 from .app_fixtures import metric, rcb_serve, register, serving, update
 
-pytestmark = pytest.mark.redis
-
 
 def prefix() -> str:
     return f"f{uuid.uuid4().hex[:10]}"
 
 
+@pytest.mark.redis
 def test_a_stalled_redis_bids_from_cache_refuses_updates_quickly_and_applies_once_after(models, redis_server):
     with serving(models.cbrl_model, store=redis_server.url, key_prefix=prefix(), ratio_cache_ttl_s=0.2) as c:
         register(c)
@@ -47,6 +46,7 @@ def test_a_stalled_redis_bids_from_cache_refuses_updates_quickly_and_applies_onc
         assert c.get("/readyz").status_code == 200
 
 
+@pytest.mark.redis
 def test_a_killed_redis_is_503_then_recovers(models, redis_server):
     with serving(models.cbrl_model, store=redis_server.url, key_prefix=prefix(), ratio_cache_ttl_s=0.1) as c:
         register(c)
@@ -70,6 +70,7 @@ def test_a_killed_redis_is_503_then_recovers(models, redis_server):
         assert c.post("/v1/slot-update", json=update(slot=0)).status_code == 200
 
 
+@pytest.mark.redis
 def test_state_survives_a_service_restart(models, redis_server):
     keys = prefix()
     with serving(models.cbrl_model, store=redis_server.url, key_prefix=keys) as c:
@@ -82,6 +83,7 @@ def test_state_survives_a_service_restart(models, redis_server):
         assert c.post("/v1/slot-update", json=update(slot=3)).json()["slot"] == 4
 
 
+@pytest.mark.redis
 def test_two_workers_serve_the_new_ratio_within_the_staleness_bound(models, redis_server):
     """After an update is acknowledged by one worker, the other serves the new ratio within ratio_cache_ttl_s."""
     ttl = 1.0
@@ -109,3 +111,29 @@ def test_two_workers_serve_the_new_ratio_within_the_staleness_bound(models, redi
                 worst = max(worst, lag)
             print(f"two workers: the new ratio served by both within {worst * 1e3:.0f} ms of the acknowledgement")
             assert worst <= ttl + 0.2, worst
+
+
+def test_store_outages_inside_a_batch_are_counted_and_the_gauge_follows_the_writes(models, monkeypatch):
+    """A batch whose writes fail answers 503 per item inside a 200: each item counts as unavailable and
+    ``rcb_store_up`` drops to 0; the next write that lands sets it back to 1 (not only the next /readyz ping)."""
+    from service.store import StoreUnavailable
+
+    with serving(models.cbrl_model) as c:
+        for campaign in ("c1", "c2", "c3"):
+            register(c, campaign)
+        store = c.app.state.store
+        real = store.compare_and_set
+
+        async def down(*args, **kwargs):
+            raise StoreUnavailable("memory: a stand-in outage")
+
+        monkeypatch.setattr(store, "compare_and_set", down)
+        batch = [update(campaign, slot=0) for campaign in ("c1", "c2", "c3")]
+        answer = c.post("/v1/slot-update/batch", json={"updates": batch})
+        assert answer.status_code == 200 and [item["status"] for item in answer.json()["results"]] == [503] * 3
+        text = c.get("/metrics").text
+        assert metric(text, "rcb_store_up") == 0
+        assert 'rcb_slot_updates_total{result="unavailable"} 3.0' in text
+        monkeypatch.setattr(store, "compare_and_set", real)
+        assert c.post("/v1/slot-update", json=update("c1", slot=0)).status_code == 200
+        assert metric(c.get("/metrics").text, "rcb_store_up") == 1

@@ -307,6 +307,25 @@ async def test_cluster_paused_node_fails_fast(redis_cluster: RedisClusterProcs) 
         await delete_prefix(redis_cluster.url, "paused")
 
 
+@pytest.mark.cluster
+async def test_cluster_ping_fails_while_any_primary_is_down(redis_cluster: RedisClusterProcs) -> None:
+    """Readiness reads ping: a plain PING reaches one node and answers while another primary is down (and its
+    campaigns answer 503); every primary must answer."""
+    store = await open_store(redis_cluster.url, prefix="pingall", timeout_s=0.25)
+    try:
+        assert await store.ping() is True
+        for node in redis_cluster.servers:  # whichever node the client pings by default, one of these is another
+            node.pause()
+            try:
+                assert await store.ping() is False
+            finally:
+                node.resume()
+        redis_cluster.wait_ok()
+        assert await store.ping() is True
+    finally:
+        await store.aclose()
+
+
 # -- open_store ---------------------------------------------------------------------------------------------------
 
 
