@@ -161,7 +161,7 @@ class Episodes:
         if stored is None:
             self.metrics.slot_updates.labels(result="unknown").inc()
             raise unknown_campaign(update.campaign_id)
-        state = decode(update.campaign_id, stored)
+        state, read = decode(update.campaign_id, stored), stored.blob
         for _ in range(3):
             outcome = self._classified(state, update)
             if not isinstance(outcome, Apply):
@@ -171,7 +171,7 @@ class Episodes:
             new = decided.state(0, reported)
             try:
                 current = await self.store.compare_and_set(
-                    update.campaign_id, update.episode, update.slot, new.to_bytes()
+                    update.campaign_id, update.episode, update.slot, new.to_bytes(), expected=read
                 )
             except UnknownCampaign:
                 self.metrics.slot_updates.labels(result="unknown").inc()
@@ -189,7 +189,8 @@ class Episodes:
                     },
                 )
                 return answer(new, update.slot, replayed=False)
-            state = decode(update.campaign_id, current)  # a concurrent sender won: answer as its retry would
+            # a concurrent sender won, or the campaign was registered again: answer from what is stored now
+            state, read = decode(update.campaign_id, current), current.blob
         raise ApiError(409, "contended", "the campaign's state kept changing; retry")
 
     def _classified(self, state: CampaignState, update: SlotUpdate) -> Apply | SlotAnswer:
@@ -258,12 +259,14 @@ class Episodes:
                 for i, item in part:
                     self._classify_item(updates[i], i, item, results, pending)
             await self._after_bids()
+        # each write carries the blob its state was computed from (a re-registration in between is a change)
+        read = {i: item.blob for i, item in zip(unique, stored, strict=True) if item is not None}
         cas_many = getattr(self.store, "compare_and_set_many", None)
         if pending and cas_many is not None:
-            await self._decide_and_write_chunks(cas_many, updates, results, pending)
+            await self._decide_and_write_chunks(cas_many, updates, results, pending, read)
         elif pending:
             decided = await self.runner.decide_async([s for _, s in pending])
-            await self._write_each(updates, results, pending, decided)
+            await self._write_each(updates, results, pending, decided, read)
         done = [r for r in results if r is not None]
         assert len(done) == n
         batch = SlotUpdateBatchAnswer.of(done)
@@ -324,17 +327,21 @@ class Episodes:
             return BatchItem(status=200, campaign_id=u.campaign_id, answer=answer(new, u.slot, False))
         try:
             outcome = self._classified(decode(u.campaign_id, current), u)
-            assert isinstance(outcome, SlotAnswer), "a failed compare-and-set cannot leave the slot to apply"
-            return BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
         except ApiError as exc:
             return self._error_item(u, exc)
+        if not isinstance(outcome, SlotAnswer):  # the slot is still to apply: registered again since it was read
+            return self._error_item(u, ApiError(409, "contended", "the campaign was registered again; retry"))
+        return BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
 
     async def _decide_and_write_chunks(
         self,
-        cas_many: Callable[[Sequence[tuple[str, str, int, bytes]]], Awaitable[list[Stored | StoreError | None]]],
+        cas_many: Callable[
+            [Sequence[tuple[str, str, int, bytes, bytes | None]]], Awaitable[list[Stored | StoreError | None]]
+        ],
         updates: Sequence[SlotUpdate],
         results: list[BatchItem | None],
         pending: list[tuple[int, CampaignState]],
+        read: dict[int, bytes],
     ) -> None:
         """Chunk by chunk: decide (one model call on the nice-19 batch thread:
         :meth:`ModelRunner.decide_in_background`), write in one pipelined round trip, answer; the bids in flight
@@ -347,7 +354,7 @@ class Episodes:
                 writes = []
                 for (i, _), new in zip(part, news, strict=True):
                     u = updates[i]
-                    writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes()))
+                    writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes(), read[i]))
             currents = await cas_many(writes)
             async with self._lane:
                 for (i, _), new, current in zip(part, news, currents, strict=True):
@@ -370,6 +377,7 @@ class Episodes:
         results: list[BatchItem | None],
         pending: list[tuple[int, CampaignState]],
         decided: Decided,
+        read: dict[int, bytes],
     ) -> None:
         """One compare-and-set per campaign, at most ``pool_size`` in flight (stores without a batch write)."""
         limit = asyncio.Semaphore(self.settings.pool_size)
@@ -379,7 +387,9 @@ class Episodes:
             new = decided.state(k, reported)
             async with limit:
                 try:
-                    current = await self.store.compare_and_set(u.campaign_id, u.episode, u.slot, new.to_bytes())
+                    current = await self.store.compare_and_set(
+                        u.campaign_id, u.episode, u.slot, new.to_bytes(), expected=read[i]
+                    )
                 except UnknownCampaign:
                     results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
                     return

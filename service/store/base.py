@@ -91,10 +91,15 @@ class EpisodeStore(Protocol):
         """
         ...
 
-    async def compare_and_set(self, campaign: str, episode: str, expected_slot: int, blob: bytes) -> Stored | None:
-        """Atomically apply one slot: if the stored ``(episode, slot)`` is ``(episode, expected_slot)``, store
+    async def compare_and_set(
+        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None = None
+    ) -> Stored | None:
+        """Atomically apply one slot: if the stored ``(episode, slot)`` is ``(episode, expected_slot)`` (and, given
+        ``expected``, the stored blob is exactly ``expected``: the state the new one was computed from), store
         ``(episode, expected_slot + 1, blob)`` and return ``None``. Otherwise write nothing and return the stored
-        state (a different episode or slot). Raises :class:`UnknownCampaign` if the campaign has no state.
+        state. ``expected`` catches what the pair cannot: a re-registration A -> B -> A between the read and the
+        write leaves ``(A, 0)`` stored again, with the new registration's constraints. Raises
+        :class:`UnknownCampaign` if the campaign has no state.
         """
         ...
 

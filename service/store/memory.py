@@ -53,7 +53,9 @@ class MemoryStore:
         self._notify(campaign, episode, 0)
         return new, True
 
-    async def compare_and_set(self, campaign: str, episode: str, expected_slot: int, blob: bytes) -> Stored | None:
+    async def compare_and_set(
+        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None = None
+    ) -> Stored | None:
         check_campaign(campaign)
         check_write(episode, blob, expected_slot)
         async with self._lock(campaign):
@@ -61,6 +63,8 @@ class MemoryStore:
             if current is None:
                 raise UnknownCampaign(campaign)
             if current.episode != episode or current.slot != expected_slot:
+                return current
+            if expected is not None and current.blob != bytes(expected):
                 return current
             self._states[campaign] = Stored(episode, expected_slot + 1, bytes(blob))
         self._notify(campaign, episode, expected_slot + 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib.resources
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -56,6 +57,16 @@ def _connection_retry() -> Retry:
     # One immediate retry, on connection errors only: gets past a pooled connection that died with the server.
     # Timeouts are not retried, so a stalled server costs one timeout_s, not several.
     return Retry(NoBackoff(), 1, supported_errors=(redis_errors.ConnectionError,))
+
+
+CasItem = tuple[str, str, int, bytes] | tuple[str, str, int, bytes, bytes | None]
+"""``(campaign, episode, expected_slot, blob[, expected])``: one compare_and_set of a batch."""
+
+
+def _fingerprint(expected: bytes | None) -> str:
+    """What compare_and_set.lua compares the stored blob with (its SHA-1, as ``redis.sha1hex`` writes it); empty:
+    no check."""
+    return "" if expected is None else hashlib.sha1(bytes(expected), usedforsecurity=False).hexdigest()
 
 
 def _decode(fields: Sequence[Any]) -> Stored | None:
@@ -207,10 +218,12 @@ class RedisStore:
         assert stored is not None
         return stored, False
 
-    async def compare_and_set(self, campaign: str, episode: str, expected_slot: int, blob: bytes) -> Stored | None:
+    async def compare_and_set(
+        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None = None
+    ) -> Stored | None:
         key = self.key(campaign)
         check_write(episode, blob, expected_slot)
-        args = [episode, expected_slot, bytes(blob), self.state_ttl_ms, self.channel, campaign]
+        args = [episode, expected_slot, bytes(blob), self.state_ttl_ms, self.channel, campaign, _fingerprint(expected)]
         reply = await self._call("compare_and_set", lambda: self._compare_and_set(keys=[key], args=args))
         status = int(reply[0])
         if status == 1:
@@ -220,16 +233,16 @@ class RedisStore:
         return _decode(reply[1:])
 
     async def compare_and_set_many(
-        self, items: Sequence[tuple[str, str, int, bytes]], chunk: int = 256
+        self, items: Sequence[CasItem], chunk: int = 256
     ) -> list[Stored | StoreError | None]:
-        """:meth:`compare_and_set` of many ``(campaign, episode, expected_slot, blob)``, one pipelined round trip per
-        ``chunk`` items (the same script, no MULTI: each item is checked and written on its own, as alone).
+        """:meth:`compare_and_set` of many ``(campaign, episode, expected_slot, blob, expected)``, one pipelined round
+        trip per ``chunk`` items (the same script, no MULTI: each item is checked and written on its own, as alone).
 
         Per item, in order: None (written), the :class:`Stored` state found instead, or the error the single call
         would raise (:class:`UnknownCampaign`, or :class:`StoreUnavailable` for every item of a chunk that failed).
         On a Redis Cluster the items go one call each (a cluster pipeline runs no scripts here).
         """
-        for campaign, episode, expected_slot, blob in items:
+        for campaign, episode, expected_slot, blob, *_ in items:
             check_campaign(campaign)
             check_write(episode, blob, expected_slot)
         if not isinstance(self._client, Redis):
@@ -238,11 +251,12 @@ class RedisStore:
         for start in range(0, len(items), chunk):
             part = items[start : start + chunk]
 
-            async def run(part: Sequence[tuple[str, str, int, bytes]] = part) -> list[Any]:
+            async def run(part: Sequence[CasItem] = part) -> list[Any]:
                 script = self._compare_and_set
                 async with self._client.pipeline(transaction=False) as pipe:
                     pipe.scripts.add(script)  # execute() loads it first if the server lacks it (NOSCRIPT)
-                    for campaign, episode, expected_slot, blob in part:
+                    for campaign, episode, expected_slot, blob, *rest in part:
+                        expected = rest[0] if rest else None
                         key = self.key(campaign)
                         pipe.evalsha(
                             script.sha,
@@ -254,6 +268,7 @@ class RedisStore:
                             self.state_ttl_ms,
                             self.channel,
                             campaign,
+                            _fingerprint(expected),
                         )
                     return await pipe.execute(raise_on_error=False)
 
@@ -272,10 +287,10 @@ class RedisStore:
         return out
 
     async def _cas_or_error(
-        self, campaign: str, episode: str, expected_slot: int, blob: bytes
+        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None = None
     ) -> Stored | StoreError | None:
         try:
-            return await self.compare_and_set(campaign, episode, expected_slot, blob)
+            return await self.compare_and_set(campaign, episode, expected_slot, blob, expected)
         except StoreError as exc:
             return exc
 

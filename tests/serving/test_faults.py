@@ -137,3 +137,27 @@ def test_store_outages_inside_a_batch_are_counted_and_the_gauge_follows_the_writ
         monkeypatch.setattr(store, "compare_and_set", real)
         assert c.post("/v1/slot-update", json=update("c1", slot=0)).status_code == 200
         assert metric(c.get("/metrics").text, "rcb_store_up") == 1
+
+
+def test_an_update_racing_a_registration_again_never_writes_the_old_constraints(models, monkeypatch):
+    """A -> B -> A between a slot update's read and its write: the update is applied to the registration that
+    stands (L 2.5, budget 100, as answered 201), never written from the one it read (L 1, no budget)."""
+    from model.state import CampaignState
+
+    with serving(models.cbrl_model, noise_seed=0) as c:
+        register(c, "c1", "e1", roi_target=1.0, budget=None)
+        store = c.app.state.store
+        real_get = store.get
+
+        async def get_then_registered_again(campaign):
+            stored = await real_get(campaign)
+            await store.register(campaign, "e2", CampaignState.new(campaign, "e2", 1.0, None, 0).to_bytes())
+            await store.register(campaign, "e1", CampaignState.new(campaign, "e1", 2.5, 100.0, 0).to_bytes())
+            monkeypatch.setattr(store, "get", real_get)  # once
+            return stored
+
+        monkeypatch.setattr(store, "get", get_then_registered_again)
+        answer = c.post("/v1/slot-update", json=update("c1", "e1", slot=0))
+        assert answer.status_code == 200, answer.text
+        state = c.get("/v1/campaigns/c1").json()
+        assert state["slot"] == 1 and state["roi_target"] == 2.5 and state["budget"] == 100.0

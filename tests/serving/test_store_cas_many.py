@@ -32,3 +32,16 @@ async def test_each_item_answers_as_alone(store: EpisodeStore, store_url: str) -
     assert out[4] is None
     expected = [Stored(DAY, 2, b"a2"), Stored(DAY, 1, b"b1"), Stored(DAY, 0, b"s0")]
     assert await store.get_many(["a", "b", "c"]) == expected
+
+
+async def test_items_naming_the_blob_they_read_are_checked_against_it(store: EpisodeStore, store_url: str) -> None:
+    if store_url == "memory":
+        pytest.skip("the memory store has no batch write (the batch path writes one by one)")
+    for c in ("a", "b"):
+        await store.register(c, DAY, b"s0")
+    await store.register("b", "2024-05-02", b"other")
+    await store.register("b", DAY, b"registered again")  # A -> B -> A: (DAY, 0) again, another blob
+    items = [("a", DAY, 0, b"a1", b"s0"), ("b", DAY, 0, b"b1 from the old", b"s0")]
+    out = await store.compare_and_set_many(items)  # type: ignore[attr-defined]
+    assert out == [None, Stored(DAY, 0, b"registered again")]
+    assert await store.get_many(["a", "b"]) == [Stored(DAY, 1, b"a1"), Stored(DAY, 0, b"registered again")]

@@ -84,6 +84,22 @@ async def test_register_new_episode_resets_to_slot_0(store: EpisodeStore) -> Non
     assert await store.compare_and_set("c1", DAY, 1, b"late") == stored
 
 
+async def test_compare_and_set_with_the_blob_read_refuses_a_registration_in_between(store: EpisodeStore) -> None:
+    """A -> B -> A between an update's read and its write leaves (A, 0) stored again, with the new registration's
+    blob: a write that names the blob it was computed from is refused, and the stored state comes back."""
+    await store.register("c1", DAY, b"old-registration")
+    read = await store.get("c1")
+    assert read is not None
+    await store.register("c1", NEXT_DAY, b"other")
+    await store.register("c1", DAY, b"new-registration")
+    stale = await store.compare_and_set("c1", DAY, 0, b"from-the-old", expected=read.blob)
+    assert stale == Stored(DAY, 0, b"new-registration")
+    assert await store.get("c1") == Stored(DAY, 0, b"new-registration")  # nothing written
+    assert await store.compare_and_set("c1", DAY, 0, b"from-the-new", expected=b"new-registration") is None
+    assert await store.get("c1") == Stored(DAY, 1, b"from-the-new")
+    assert await store.compare_and_set("c1", DAY, 1, b"unchecked") is None  # no expected blob: (episode, slot)
+
+
 async def test_compare_and_set_in_order(store: EpisodeStore) -> None:
     await store.register("c1", DAY, b"s0")
     for slot in range(3):

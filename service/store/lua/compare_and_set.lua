@@ -1,6 +1,7 @@
 -- Apply one slot if the stored (episode, slot) is the expected one (EpisodeStore.compare_and_set).
 -- KEYS[1]: the campaign's hash {e: episode, s: slot, b: blob}
--- ARGV: episode, expected_slot, blob, ttl_ms, channel, campaign
+-- ARGV: episode, expected_slot, blob, ttl_ms, channel, campaign, expected_sha1 ('' for no check: else the stored
+-- blob must be the one the new state was computed from, so a re-registration A -> B -> A in between is a change)
 -- Returns {1} when applied (slot becomes expected_slot + 1); {-1} when the campaign has no state;
 -- {0, e, s, b} (the stored state, untouched) otherwise.
 local current = redis.call('HMGET', KEYS[1], 'e', 's', 'b')
@@ -9,6 +10,9 @@ if not current[1] then
 end
 local expected = tonumber(ARGV[2])
 if current[1] ~= ARGV[1] or tonumber(current[2]) ~= expected then
+  return {0, current[1], current[2], current[3]}
+end
+if ARGV[7] ~= '' and redis.sha1hex(current[3]) ~= ARGV[7] then
   return {0, current[1], current[2], current[3]}
 end
 redis.call('HSET', KEYS[1], 's', tostring(expected + 1), 'b', ARGV[3])
