@@ -22,7 +22,7 @@ from service.metrics import Metrics
 from service.ratio_cache import RatioCache
 from service.runner import Decided, ModelRunner
 from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
-from service.store import EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
+from service.store import CasItem, EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
 
 log = logging.getLogger("rcb.service")
 
@@ -207,11 +207,6 @@ class Episodes:
         self.metrics.slot_updates.labels(result="applied").inc()
         self.metrics.store_up.set(1)  # a write landed: the store answers (not only after the next /readyz ping)
 
-    def _unavailable(self, updates: int) -> None:
-        """``updates`` slot updates the store could not take (batch items answer 503 inside a 200 batch)."""
-        self.metrics.store_up.set(0)
-        self.metrics.slot_updates.labels(result="unavailable").inc(updates)
-
     def _count(self, decided: Decided, landed: Sequence[tuple[int, str]]) -> None:
         """Decisions by who decided; per campaign: shield actions and slots with out-of-range features. ``landed``:
         ``(row of decided, campaign)`` of the decisions written (one that lost a compare-and-set never served)."""
@@ -250,7 +245,7 @@ class Episodes:
             for start, stop in self._spans(len(unique)):  # read in chunks too: one big pipeline is one long stall
                 stored += await self.store.get_many([updates[i].campaign_id for i in unique[start:stop]])
         except StoreUnavailable:
-            self._unavailable(max(len(unique) - 1, 0))  # the 503 handler counts the request's one
+            self.metrics.store_failed(slot_updates=max(len(unique) - 1, 0))  # the 503 handler counts the request's one
             raise
         pending: list[tuple[int, CampaignState]] = []
         for start, stop in self._spans(len(unique)):
@@ -335,9 +330,7 @@ class Episodes:
 
     async def _decide_and_write_chunks(
         self,
-        cas_many: Callable[
-            [Sequence[tuple[str, str, int, bytes, bytes | None]]], Awaitable[list[Stored | StoreError | None]]
-        ],
+        cas_many: Callable[[Sequence[CasItem]], Awaitable[list[Stored | StoreError | None]]],
         updates: Sequence[SlotUpdate],
         results: list[BatchItem | None],
         pending: list[tuple[int, CampaignState]],
@@ -363,7 +356,7 @@ class Episodes:
                         results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
                     elif isinstance(current, StoreError):
                         results[i] = self._error_item(u, store_unavailable(current))
-                        self._unavailable(1)
+                        self.metrics.store_failed(slot_updates=1)  # a 503 item inside a 200 batch
                     else:
                         results[i] = self._written(u, new, current)
                 self._count(
@@ -395,7 +388,7 @@ class Episodes:
                     return
                 except StoreUnavailable as exc:
                     results[i] = self._error_item(u, store_unavailable(exc))
-                    self._unavailable(1)
+                    self.metrics.store_failed(slot_updates=1)  # a 503 item inside a 200 batch
                     return
             results[i] = self._written(u, new, current)
             if current is None:

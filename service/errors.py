@@ -93,10 +93,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StoreUnavailable)
     async def _store_down(request: Request, exc: StoreUnavailable) -> Response:
         metrics = getattr(request.app.state, "metrics", None)
-        if metrics is not None:  # /metrics says so now, not only after the next /readyz ping
-            metrics.store_up.set(0)
-            if request.url.path.startswith("/v1/slot-update"):
-                metrics.slot_updates.labels(result="unavailable").inc()
+        if metrics is not None:
+            metrics.store_failed(slot_updates=int(request.url.path.startswith("/v1/slot-update")))
         e = store_unavailable(exc)
         return error_response(e.status, e.error, e.detail)
 

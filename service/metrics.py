@@ -72,6 +72,13 @@ class Metrics:
             return campaign
         return OTHER_CAMPAIGNS
 
+    def store_failed(self, slot_updates: int = 0) -> None:
+        """The store could not take a command: ``rcb_store_up`` says so now (not after the next /readyz ping), and
+        ``slot_updates`` updates it refused count as ``unavailable``."""
+        self.store_up.set(0)
+        if slot_updates:
+            self.slot_updates.labels(result="unavailable").inc(slot_updates)
+
     def set_model(self, version: str, loaded: bool) -> None:
         self.model_info.clear()
         self.model_info.labels(version=version).set(1)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TypedDict
 from urllib.parse import urlsplit
 
-from service.store.base import EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
+from service.store.base import CasItem, EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
 from service.store.cluster import RedisClusterStore, parse_cluster_url
 from service.store.memory import MemoryStore
 from service.store.redis import DEFAULT_STATE_TTL_S, RedisStore
 
 __all__ = [
+    "CasItem",
     "EpisodeStore",
     "MemoryStore",
     "RedisClusterStore",

@@ -22,6 +22,10 @@ class Stored:
     blob: bytes
 
 
+CasItem = tuple[str, str, int, bytes, bytes | None]
+"""``(campaign, episode, expected_slot, blob, expected)``: one :meth:`EpisodeStore.compare_and_set` of a batch."""
+
+
 class StoreError(Exception):
     """Base class of every error a store raises."""
 

@@ -28,6 +28,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from service.store.base import (
+    CasItem,
     Stored,
     StoreError,
     StoreUnavailable,
@@ -57,10 +58,6 @@ def _connection_retry() -> Retry:
     # One immediate retry, on connection errors only: gets past a pooled connection that died with the server.
     # Timeouts are not retried, so a stalled server costs one timeout_s, not several.
     return Retry(NoBackoff(), 1, supported_errors=(redis_errors.ConnectionError,))
-
-
-CasItem = tuple[str, str, int, bytes] | tuple[str, str, int, bytes, bytes | None]
-"""``(campaign, episode, expected_slot, blob[, expected])``: one compare_and_set of a batch."""
 
 
 def _fingerprint(expected: bytes | None) -> str:
@@ -242,7 +239,7 @@ class RedisStore:
         would raise (:class:`UnknownCampaign`, or :class:`StoreUnavailable` for every item of a chunk that failed).
         On a Redis Cluster the items go one call each (a cluster pipeline runs no scripts here).
         """
-        for campaign, episode, expected_slot, blob, *_ in items:
+        for campaign, episode, expected_slot, blob, _ in items:
             check_campaign(campaign)
             check_write(episode, blob, expected_slot)
         if not isinstance(self._client, Redis):
@@ -255,8 +252,7 @@ class RedisStore:
                 script = self._compare_and_set
                 async with self._client.pipeline(transaction=False) as pipe:
                     pipe.scripts.add(script)  # execute() loads it first if the server lacks it (NOSCRIPT)
-                    for campaign, episode, expected_slot, blob, *rest in part:
-                        expected = rest[0] if rest else None
+                    for campaign, episode, expected_slot, blob, expected in part:
                         key = self.key(campaign)
                         pipe.evalsha(
                             script.sha,
@@ -287,7 +283,7 @@ class RedisStore:
         return out
 
     async def _cas_or_error(
-        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None = None
+        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None
     ) -> Stored | StoreError | None:
         try:
             return await self.compare_and_set(campaign, episode, expected_slot, blob, expected)

@@ -17,12 +17,12 @@ async def test_each_item_answers_as_alone(store: EpisodeStore, store_url: str) -
     for c in ("a", "b", "c"):
         await store.register(c, DAY, b"s0")
     assert await store.compare_and_set("b", DAY, 0, b"b1") is None
-    items = [
-        ("a", DAY, 0, b"a1"),  # applies
-        ("b", DAY, 0, b"b1 again"),  # stale: answers the state found
-        ("nobody", DAY, 0, b"x"),  # unknown
-        ("c", "2024-05-02", 0, b"other day"),  # wrong episode: answers the state found
-        ("a", DAY, 1, b"a2"),  # the next slot of an item written earlier in the same call
+    items = [  # no expected blob (None): checked on (episode, slot) alone
+        ("a", DAY, 0, b"a1", None),  # applies
+        ("b", DAY, 0, b"b1 again", None),  # stale: answers the state found
+        ("nobody", DAY, 0, b"x", None),  # unknown
+        ("c", "2024-05-02", 0, b"other day", None),  # wrong episode: answers the state found
+        ("a", DAY, 1, b"a2", None),  # the next slot of an item written earlier in the same call
     ]
     out = await store.compare_and_set_many(items, chunk=2)  # type: ignore[attr-defined]
     assert out[0] is None

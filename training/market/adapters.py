@@ -92,9 +92,9 @@ from training.market.dataset import (
     SPLITS,
     DayEntry,
     Market,
-    MarketError,
     MCConstraints,
     file_sha256,
+    listed_day_files,
 )
 from training.market.logs import READABLE_SUFFIXES, read_frame, write_day
 from training.market.schema import SchemaError, ValidationReport, reject_rows, split_days, validate_frame
@@ -489,16 +489,6 @@ def _check_out(out: Path, overwrite: bool) -> None:
         )
 
 
-def _listed_files(out: Path) -> set[str]:
-    """The day files an existing market in ``out`` lists (none if there is no readable market)."""
-    if not (out / MANIFEST).exists():
-        return set()
-    try:
-        return {entry.file for entry in Market.open(out).days if (out / entry.file).parent == out}
-    except MarketError:
-        return set()
-
-
 def _day_file(day: int) -> str:
     return f"day_{day:03d}.parquet"
 
@@ -620,7 +610,7 @@ def import_market(
             source["constraints"] = (
                 f"drawn: {recipe.kind} recipe (training.market.constraints, default_rng([seed, day, 1]))"
             )
-        stale = _listed_files(out)
+        stale = listed_day_files(out)
         (out / MANIFEST).unlink(missing_ok=True)  # first: no manifest ever lists files that are not its own
         for entry in entries:
             os.replace(staging / entry.file, out / entry.file)

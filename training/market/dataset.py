@@ -161,21 +161,24 @@ class Market:
         return hashlib.sha256(json.dumps(days).encode()).hexdigest()
 
 
+def listed_day_files(out: Path) -> set[str]:
+    """The day files the market in ``out`` lists, directly in ``out`` (none where there is no readable manifest)."""
+    if not (out / MANIFEST).exists():
+        return set()
+    try:
+        return {entry.file for entry in Market.open(out).days if (out / entry.file).parent == out}
+    except MarketError:
+        return set()
+
+
 def clear_market(out: Path) -> None:
     """Make ``out``; remove the manifest and day files of a market already there (only those it lists)."""
     out.mkdir(parents=True, exist_ok=True)
-    manifest = out / MANIFEST
-    if not manifest.exists():
-        return
-    try:
-        stale = [out / entry.file for entry in Market.open(out).days]
-    except MarketError:
-        stale = []
+    stale = listed_day_files(out)
     # The manifest goes first: an interrupted rewrite never leaves a manifest pointing at missing or other files.
-    manifest.unlink()
-    for path in stale:
-        if path.parent == out:
-            path.unlink(missing_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)
+    for name in stale:
+        (out / name).unlink(missing_ok=True)
 
 
 def subset_market(source: Market, out: Path | str, train_days: int) -> Market:
