@@ -69,14 +69,14 @@ def test_relative_actions_scale_the_last_ratio_and_invert():
         torch.all(ratio[:128] <= 0.9 * math.exp(0.3) + 1e-6)
     )
     assert bool(torch.all((mean_ratio > 0) & (mean_ratio <= RATIO_MAX)))
-    inside = unclipped < RATIO_MAX
-    assert torch.allclose(policy.to_action(obs, ratio)[inside], action[inside], atol=1e-5)
+    inside = ratio < RATIO_MAX  # a clipped one's action is the bound's (critic_action), not its tanh(u)
+    assert torch.allclose(policy.to_action(obs, ratio), action, atol=1e-5)
     # The log-density is of the log-ratio change: no term in the ratio level (which would pay to bid high).
     with torch.no_grad():
         mean, log_std = policy.distribution(obs)
     u = torch.atanh(action.clamp(-1 + 1e-6, 1 - 1e-6))
     expected = torch.distributions.Normal(mean, log_std.exp()).log_prob(u) - torch.log(0.3 * (1 - action**2) + 1e-6)
-    steady = action.abs() < 0.99
+    steady = (action.abs() < 0.99) & inside
     assert torch.allclose(log_prob[steady], expected[steady], atol=1e-3)
 
 
@@ -146,6 +146,8 @@ def test_updates_fit_the_critic_and_are_seeded():
     np.testing.assert_array_equal(losses[0], losses[1])  # same seed, same batch: same trajectory
     assert losses[0, -5:].mean() < losses[0, :5].mean()  # the critic fits the fixed batch
     assert agent.updates == 60
+    stats = agent.update(batch)
+    assert 0.0 <= stats.clipped <= 1.0 and np.isnan(agent.update(batch, train_actor=False).clipped)
 
 
 def test_agent_state_round_trips_by_name_and_loads_positional_checkpoints():
@@ -266,10 +268,42 @@ def test_residual_actions_scale_the_controllers_ratio_and_invert():
         ratio, action, _ = policy.sample(obs)
     unclipped = obs[:, CONTROLLER_INDEX] * RATIO_MAX * torch.exp(0.5 * action)
     assert torch.allclose(ratio, unclipped.clamp(max=RATIO_MAX), atol=1e-5)
-    inside = unclipped < RATIO_MAX
-    assert torch.allclose(policy.to_action(obs, ratio)[inside], action[inside], atol=1e-5)
+    assert torch.allclose(policy.to_action(obs, ratio), action, atol=1e-5)
     with pytest.raises(ValueError, match="relative action step"):
         TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=0.0, residual=True)
+
+
+def test_the_critics_see_a_clipped_ratio_as_the_action_the_buffer_holds_for_it():
+    """A ratio clipped at RATIO_MAX is stored, and learned by the critics, as ``to_action`` of the bound; the actor and
+    the bootstrap must read the critics at that same action, with no gradient through the clip, and leave every
+    unclipped action's value and gradient as they were."""
+    from model.features import CONTROLLER_INDEX
+
+    torch.manual_seed(0)
+    policy = TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=0.3, residual=True)
+    obs = torch.rand(512, N_FEATURES + 1)
+    obs[:, CONTROLLER_INDEX] = torch.linspace(0.6, 0.99, 512)  # bases 2.4-3.96: above 4 exp(-0.3) = 2.96 clips
+    with torch.no_grad():
+        mean, log_std = policy.distribution(obs)
+    mean = mean.requires_grad_()  # a leaf, to read the action's gradient in the policy's mean
+    policy.distribution = lambda _: (mean, log_std)  # type: ignore[method-assign]
+    torch.manual_seed(1)
+    ratio, action, _ = policy.sample(obs)
+    torch.manual_seed(1)
+    squashed = torch.tanh(mean + log_std.exp() * torch.randn_like(mean))
+    clipped = ratio >= RATIO_MAX
+    assert 50 < int(clipped.sum()) < 500  # both kinds are in the batch
+    assert torch.equal(action[~clipped], squashed[~clipped])  # bit for bit: runs that never clip do not move
+    bound = torch.log(RATIO_MAX / (obs[:, CONTROLLER_INDEX] * RATIO_MAX)) / 0.3
+    assert torch.allclose(action[clipped], bound[clipped], atol=1e-5)
+    assert bool(torch.all(action[clipped] < squashed[clipped]))  # the raw action overstated how far it went
+    (grad,) = torch.autograd.grad(action.sum(), mean)
+    assert bool(torch.all(grad[clipped] == 0)) and bool(torch.all(grad[~clipped] > 0))
+    absolute = TanhGaussianPolicy(N_FEATURES, hidden=16)
+    _, action, _ = absolute.sample(obs[:, :N_FEATURES])
+    assert torch.allclose(
+        absolute.to_action(obs[:, :N_FEATURES], absolute.to_ratio(obs[:, :N_FEATURES], action)), action, atol=1e-5
+    )
 
 
 def test_a_residual_agent_needs_its_reference_controller():

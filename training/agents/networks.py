@@ -101,12 +101,14 @@ class TanhGaussianPolicy(nn.Module):
         return torch.clamp(torch.log(torch.clamp(ratio, min=1e-6) / base) / self.step, -1.0, 1.0)
 
     def sample(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A reparameterized ratio, its squashed action ``tanh(u)`` and its log-density (see below)."""
+        """A reparameterized ratio, the action the critics see for it (:meth:`critic_action` of ``tanh(u)``) and the
+        log-density of ``tanh(u)`` (see below)."""
         mean, log_std = self.distribution(observation)
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         squashed = torch.tanh(u)
         ratio = self.to_ratio(observation, squashed)
+        action = self.critic_action(observation, squashed, ratio)
         # |d ratio / d u| is scale (1 - tanh^2) for absolute actions. For relative ones the density is of
         # the log-ratio change (step (1 - tanh^2)): in ratio space it would grow with the ratio, and the
         # entropy bonus would then pay the policy to bid high.
@@ -117,7 +119,21 @@ class TanhGaussianPolicy(nn.Module):
             - 0.5 * math.log(2 * math.pi)
             - torch.log(slope * (1 - squashed.pow(2)) + 1e-6)
         )
-        return ratio, squashed, log_prob
+        return ratio, action, log_prob
+
+    def critic_action(self, observation: torch.Tensor, squashed: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+        """The action the critics see for ``squashed``: itself, unless its ratio was clipped at ``RATIO_MAX``.
+
+        The replay buffer keeps ratios, and the critics learn on :meth:`to_action` of them, so every squashed action
+        whose ratio clipped is trained as the one action that lands on the bound. Fed the raw squashed action instead,
+        the actor and the bootstrap read the critics where they never learned (relative actions above
+        ``log(RATIO_MAX / base) / step``, reached once the base exceeds ``RATIO_MAX * exp(-step)``). Where nothing
+        clipped the values are ``squashed``'s exactly; where it clipped the gradient is zero, as the ratio's is.
+        """
+        if self.step == 0:
+            return squashed
+        clipped = ratio != self.base(observation) * torch.exp(self.step * squashed)
+        return torch.where(clipped, self.to_action(observation, ratio), squashed)
 
     def act(self, observation: torch.Tensor) -> torch.Tensor:
         """The deterministic ratio (the mean's image): what evaluation and export use."""

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.contract import SLOTS_PER_DAY, Setting
+from model.contract import RATIO_MAX, SLOTS_PER_DAY, Setting
 from model.controller import GAIN_FIELDS, ControllerGains, Reference
 from model.features import obs_dim, observation_sequence
 from model.history import History, Registration
@@ -428,6 +428,9 @@ class UpdateStats(NamedTuple):
     """NaN on a critic-only step."""
     entropy: float
     """The policy's entropy estimate ``-mean log pi``; NaN on a critic-only step."""
+    clipped: float = float("nan")
+    """Share of the actor's sampled actions whose ratio clipped at ``RATIO_MAX`` (NaN on a critic-only step): where
+    :meth:`TanhGaussianPolicy.critic_action` replaced the raw action."""
 
 
 OPTIMIZERS: tuple[str, ...] = ("actor", "critic", "alpha")
@@ -531,6 +534,9 @@ class EpochLog:
     """Wall-clock time of the epoch (collection, updates, evaluation)."""
     validation_scores: list[float] = field(default_factory=list)
     """The validation score played with each seed ``0..selection_seeds-1``."""
+    clipped_share: float = float("nan")
+    """Mean share of the actor's sampled actions whose ratio clipped at ``RATIO_MAX`` over the epoch's updates
+    (:meth:`TanhGaussianPolicy.critic_action`)."""
 
 
 class SACAgent:
@@ -650,7 +656,7 @@ class SACAgent:
             return UpdateStats(float(critic_loss.detach()), float("nan"), float("nan"))
 
         obs = obs.detach()  # the actor does not train the encoder
-        _, action, log_prob = self.actor.sample(obs)
+        ratio, action, log_prob = self.actor.sample(obs)
         q1_pi, q2_pi = self.critic(obs, action)
         q_pi = 0.5 * (q1_pi + q2_pi) if self.config.actor_mean_q else torch.min(q1_pi, q2_pi)
         actor_loss = (alpha * log_prob - q_pi).mean()
@@ -668,7 +674,12 @@ class SACAgent:
         alpha_loss.backward()
         self.alpha_optimizer.step()
         self._follow_targets()
-        return UpdateStats(float(critic_loss.detach()), float(actor_loss.detach()), float(-log_prob.detach().mean()))
+        return UpdateStats(
+            float(critic_loss.detach()),
+            float(actor_loss.detach()),
+            float(-log_prob.detach().mean()),
+            float((ratio.detach() >= RATIO_MAX).float().mean()),
+        )
 
     def _follow_targets(self) -> None:
         """Polyak-average the target critics, step the learning-rate schedules, count the update."""
@@ -898,6 +909,7 @@ def train(
             actor_loss=float(np.nanmean([s.actor_loss for s in stats])),
             alpha=float(agent.log_alpha.detach().exp()),
             entropy=float(np.nanmean([s.entropy for s in stats])),
+            clipped_share=float(np.nanmean([s.clipped for s in stats])),
             seconds=time.perf_counter() - started,
         )
         logs.append(log)
