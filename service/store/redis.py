@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import importlib.resources
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -64,6 +65,13 @@ def _fingerprint(expected: bytes | None) -> str:
     """What compare_and_set.lua compares the stored blob with (its SHA-1, as ``redis.sha1hex`` writes it); empty:
     no check."""
     return "" if expected is None else hashlib.sha1(bytes(expected), usedforsecurity=False).hexdigest()
+
+
+def _write_token() -> bytes:
+    """A fresh token per write call, stored with the state it writes: redis-py re-sends a call whose reply was lost
+    (the connection retry above) with the same arguments, and the scripts answer a re-send that finds its own token
+    as the first send did (written) instead of as a repeat (``replayed``) or a stale write."""
+    return os.urandom(8)
 
 
 def _decode(fields: Sequence[Any]) -> Stored | None:
@@ -207,7 +215,7 @@ class RedisStore:
     async def register(self, campaign: str, episode: str, blob: bytes) -> tuple[Stored, bool]:
         key = self.key(campaign)
         check_write(episode, blob)
-        args = [episode, bytes(blob), self.state_ttl_ms, self.channel, campaign]
+        args = [episode, bytes(blob), self.state_ttl_ms, self.channel, campaign, _write_token()]
         reply = await self._call("register", lambda: self._register(keys=[key], args=args))
         if int(reply[0]) == 1:
             return Stored(episode, 0, bytes(blob)), True
@@ -220,7 +228,10 @@ class RedisStore:
     ) -> Stored | None:
         key = self.key(campaign)
         check_write(episode, blob, expected_slot)
-        args = [episode, expected_slot, bytes(blob), self.state_ttl_ms, self.channel, campaign, _fingerprint(expected)]
+        args = [
+            *(episode, expected_slot, bytes(blob), self.state_ttl_ms, self.channel, campaign),
+            *(_fingerprint(expected), _write_token()),
+        ]
         reply = await self._call("compare_and_set", lambda: self._compare_and_set(keys=[key], args=args))
         status = int(reply[0])
         if status == 1:
@@ -265,6 +276,7 @@ class RedisStore:
                             self.channel,
                             campaign,
                             _fingerprint(expected),
+                            _write_token(),
                         )
                     return await pipe.execute(raise_on_error=False)
 

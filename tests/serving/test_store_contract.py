@@ -181,6 +181,52 @@ async def test_concurrent_compare_and_set_applies_once(store: EpisodeStore, stor
     assert await store.get("hot") == winner
 
 
+@pytest.fixture
+def lose_a_reply(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Arm with ``armed.append(n)``: the next n list replies (a script's, or a pipeline's first) are read off the
+    socket, so the server has run the command, then lost as a dropped connection would lose them. redis-py re-sends
+    such a call once with the same arguments (the store's connection retry)."""
+    from redis import exceptions as redis_errors
+    from redis.asyncio.connection import AbstractConnection
+
+    armed: list[int] = []
+    original = AbstractConnection.read_response
+
+    async def read_response(self: AbstractConnection, *args: object, **kwargs: object) -> object:
+        reply = await original(self, *args, **kwargs)  # type: ignore[arg-type]
+        if armed and armed[-1] > 0 and isinstance(reply, list):
+            armed[-1] -= 1
+            raise redis_errors.ConnectionError("reply lost (test)")
+        return reply
+
+    monkeypatch.setattr(AbstractConnection, "read_response", read_response)
+    return armed
+
+
+async def test_a_write_resent_after_its_reply_was_lost_answers_as_its_first_send(
+    store: EpisodeStore, lose_a_reply: list[int]
+) -> None:
+    """Without a token per call, the re-send of a register found its own episode and answered created False (the
+    service's ``replayed: true`` to an update sent once), and a re-sent compare-and-set found its own slot and
+    answered the state as a stale write."""
+    await store.register("warm", DAY, b"w0")  # a cluster client maps its slots on first use: not a reply to lose
+    lose_a_reply.append(1)
+    assert await store.register("c1", DAY, b"s0") == (Stored(DAY, 0, b"s0"), True)
+    lose_a_reply.append(1)
+    assert await store.compare_and_set("c1", DAY, 0, b"s1", expected=b"s0") is None
+    assert await store.get("c1") == Stored(DAY, 1, b"s1")
+    # a second, real send of the same write is still a repeat: it finds the state, not its token
+    assert await store.register("c1", DAY, b"s0") == (Stored(DAY, 1, b"s1"), False)
+    assert await store.compare_and_set("c1", DAY, 0, b"s1") == Stored(DAY, 1, b"s1")
+    if isinstance(store, RedisStore):  # the memory store has no connection to lose, nor a batch call
+        await store.register("c2", DAY, b"t0")
+        lose_a_reply.append(1)
+        items = [("c1", DAY, 1, b"s2", b"s1"), ("c2", DAY, 0, b"t1", b"t0")]
+        assert await store.compare_and_set_many(items) == [None, None]  # a pipeline is re-sent whole
+        assert await store.get_many(["c1", "c2"]) == [Stored(DAY, 2, b"s2"), Stored(DAY, 1, b"t1")]
+        assert lose_a_reply == [0, 0, 0]  # each loss happened
+
+
 async def test_subscribe_sees_writes_of_another_instance(store: EpisodeStore, store_url: str) -> None:
     seen: list[str] = []
     await store.subscribe(lambda campaign, _episode, _slot: seen.append(campaign))
