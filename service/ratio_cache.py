@@ -4,7 +4,9 @@ An entry is fresh for ``ttl_s`` after it was read. Writes made by this process u
 writes made by other processes arrive as store notifications (Redis pub/sub) and mark the entry
 stale, so the next bid re-reads the store. **Staleness bound**: after a slot update is acknowledged,
 another process may still bid the previous slot's ratio for at most ``ttl_s`` (default 1 s) if the
-notification is lost, typically a few milliseconds when it is not. While the store is unreachable,
+notification is lost, typically a few milliseconds when it is not. A store read that was out while the entry
+changed never replaces a newer entry for ``ttl_s``: a write of this process wins over it, and a notification
+that arrived meanwhile makes the next bid read again. While the store is unreachable,
 a stale entry keeps serving (answers say ``stale: true``) rather than failing the bid.
 """
 
@@ -31,6 +33,9 @@ class CachedRatio:
     stale: bool = False
     """Kept after the store failed to answer: served for another ``ttl_s`` before the store is tried again,
     so an outage costs each campaign one timeout per ``ttl_s``, not one per bid."""
+    seq: int = 0
+    """When the entry was put or invalidated, in the cache's own count of such changes: a store read that started
+    before a later change must not overwrite it with what the store held earlier (:meth:`RatioCache.get_many`)."""
 
 
 def bid_ratio_of(state: CampaignState) -> float:
@@ -43,6 +48,8 @@ class RatioCache:
         self.metrics = metrics
         self.max_entries = max_entries
         self._entries: dict[str, CachedRatio] = {}
+        self._seq = 0
+        """Puts and invalidations so far (:attr:`CachedRatio.seq`)."""
         self._hits = metrics.cache.labels(outcome="hit")  # labels() costs microseconds: once, not once a bid
         # Misses waiting for the next store read: every bid that misses in one event-loop pass shares one
         # get_many (one Redis pipeline instead of one round trip each), and a campaign is read once.
@@ -63,7 +70,8 @@ class RatioCache:
     def put(self, campaign: str, state: CampaignState) -> CachedRatio:
         if len(self._entries) >= self.max_entries and campaign not in self._entries:
             self._entries.pop(next(iter(self._entries)))  # oldest insertion first: a bounded memory footprint
-        entry = CachedRatio(state.episode, state.slot, bid_ratio_of(state), time.monotonic())
+        self._seq += 1
+        entry = CachedRatio(state.episode, state.slot, bid_ratio_of(state), time.monotonic(), seq=self._seq)
         self._entries[campaign] = entry
         return entry
 
@@ -74,7 +82,8 @@ class RatioCache:
         if entry is not None and entry.episode == episode and entry.slot == slot:
             return
         if entry is not None:
-            self._entries[campaign] = CachedRatio(entry.episode, entry.slot, entry.ratio, float("-inf"))
+            self._seq += 1
+            self._entries[campaign] = CachedRatio(entry.episode, entry.slot, entry.ratio, float("-inf"), seq=self._seq)
 
     def forget(self, campaign: str) -> None:
         self._entries.pop(campaign, None)
@@ -150,6 +159,7 @@ class RatioCache:
         if not missing:
             return out, served_stale
         names = [campaigns[k] for k in missing]
+        read_from = self._seq
         try:
             stored = await self._read(names, store)
         except StoreUnavailable:
@@ -164,6 +174,10 @@ class RatioCache:
             return out, True
         self.metrics.cache.labels(outcome="miss").inc(len(missing))
         for k, name, item in zip(missing, names, stored, strict=True):
+            current = self._entries.get(name)
+            if current is not None and current.seq > read_from and current.fetched > float("-inf"):
+                out[k] = current  # put while the read was out (this process's write): newer than the read
+                continue
             if item is None:
                 self.forget(name)
                 continue
@@ -171,4 +185,7 @@ class RatioCache:
                 out[k] = self.put(name, CampaignState.from_bytes(item.blob))
             except StateError:
                 self.forget(name)  # unreadable state: treated as unknown (the next registration replaces it)
+                continue
+            if current is not None and current.seq > read_from:  # another process wrote while the read was out:
+                self.invalidate(name)  # what was read may predate that write, so the next bid reads again
         return out, served_stale
