@@ -17,7 +17,14 @@ import numpy as np
 
 
 def stream_key(seed: int, campaign: str, episode: str) -> np.ndarray:
-    """Philox's 128-bit key for one (seed, campaign, episode), from a BLAKE2b digest of the three."""
+    """Philox's 128-bit key for one (seed, campaign, episode), from a BLAKE2b digest of the three.
+
+    The three are joined by the unit separator (0x1f), so ids holding it are refused: campaign ``a<US>b`` of
+    episode ``c`` and campaign ``a`` of episode ``b<US>c`` would share a stream (the service's ids cannot hold it;
+    a library caller's could)."""
+    for name, value in (("campaign", campaign), ("episode", episode)):
+        if "\x1f" in value:
+            raise ValueError(f"{name} id must not contain the unit separator \\x1f, got {value!r}")
     digest = hashlib.blake2b(f"{int(seed)}\x1f{campaign}\x1f{episode}".encode(), digest_size=16).digest()
     return np.frombuffer(digest, dtype=np.uint64).copy()
 

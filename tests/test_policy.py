@@ -135,6 +135,13 @@ def test_the_noise_takes_numpy_slots_and_refuses_fractional_ones():
         noise(7, "c", "e", 3.7, 4)  # type: ignore[arg-type]
 
 
+def test_ids_holding_the_key_separator_are_refused_not_given_another_campaigns_stream():
+    with pytest.raises(ValueError, match="campaign id must not contain"):
+        noise(7, "a\x1fb", "c", 0, 4)  # before: the stream of campaign "a", episode "b\x1fc"
+    with pytest.raises(ValueError, match="episode id must not contain"):
+        noise(7, "a", "b\x1fc", 0, 4)
+
+
 def test_deciding_nothing_is_a_clear_error(exported: Exported):
     with pytest.raises(ValueError, match="no campaign histories to decide"):
         Policy(load_artifact(exported.cbrl_model)).decide([], [])
