@@ -104,6 +104,13 @@ class RegretCurriculum:
     ``sigmoid(v (ROI_t - L_t^k) / L)`` with slope ``v = 10`` (the paper's printed form of this function is
     garbled; the logistic is its evident intent), and ``b_k`` takes Adam steps (lr 3e-3) clipped to [0, 1].
     Delivery is normalized by ``D*`` as everywhere, so ``D_T`` here is ``D_T / D*``.
+
+    Read as written, this objective is monotone in ``b_k``: a looser limit raises every slot's smoothed indicator
+    and shrinks every penalty, so the proxy return rises towards ``D_T`` and the regret falls as ``b_k`` grows.
+    Its minimum is ``b_k = 1`` on any data, and each epoch's 20 steps of a fresh Adam (whose first steps are
+    ``lr`` each, whatever the gradient's size) move ``b_k`` up about ``20 lr = 0.06`` an epoch until then: the
+    learned relaxation is a schedule set by ``learning_rate`` and ``steps`` more than by the episodes. It stays
+    an option (``--auto-curriculum``), off by default.
     """
 
     b: dict[str, float]
