@@ -4,7 +4,7 @@ A slot update's write checks that the stored blob is the one the update was comp
 of the read blob in Python, ``redis.sha1hex`` of the stored one in the Lua script), so a registration racing the
 update is never overwritten. This times ``RedisStore.compare_and_set_many`` over every campaign of a boundary with
 the check (``expected`` = the blob read) against the same writes without it (``expected=None``), alternating the
-two arms on one server, and prints medians and their ratio::
+two arms on one server (ABBA order), and prints medians and their ratio::
 
     .venv/bin/python benchmarks/bench_cas_check.py [--campaigns 10000] [--repeats 7]
 """
@@ -52,8 +52,8 @@ async def run(campaigns: int, repeats: int) -> None:
                 await store.register(name, DAY, blob)
             times: dict[str, list[float]] = {"checked": [], "unchecked": []}
             slot = 0
-            for _ in range(repeats + 1):  # the first round warms the connections and the script cache
-                for arm in ("checked", "unchecked"):
+            for round_ in range(repeats + 1):  # the first round warms the connections and the script cache
+                for arm in ("checked", "unchecked") if round_ % 2 else ("unchecked", "checked"):  # ABBA: no drift bias
                     expected = blob if arm == "checked" else None
                     items = [(name, DAY, slot, blob, expected) for name in names]
                     started = time.perf_counter()

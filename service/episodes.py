@@ -108,11 +108,12 @@ class Episodes:
         self._lane = asyncio.Lock()
 
     async def read(self, campaign: str) -> CampaignState:
-        stored = await self.store.get(campaign)
-        if stored is None:
-            raise unknown_campaign(campaign)
-        state = decode(campaign, stored)
-        self.cache.put(campaign, state)
+        with self.cache.reading([campaign]) as read_from:  # a bid's read or a write may land while this one is out
+            stored = await self.store.get(campaign)
+            if stored is None:
+                raise unknown_campaign(campaign)
+            state = decode(campaign, stored)
+            self.cache.settle(campaign, read_from, state)
         return state
 
     async def register(self, campaign: str, body: CampaignRegistration) -> tuple[CampaignState, bool]:

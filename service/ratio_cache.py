@@ -5,16 +5,17 @@ writes made by other processes arrive as store notifications (Redis pub/sub) and
 stale, so the next bid re-reads the store. **Staleness bound**: after a slot update is acknowledged,
 another process may still bid the previous slot's ratio for at most ``ttl_s`` (default 1 s) if the
 notification is lost, typically a few milliseconds when it is not. A store read that was out while the entry
-changed never replaces a newer entry for ``ttl_s``: a write of this process wins over it, and a notification
-that arrived meanwhile makes the next bid read again. While the store is unreachable,
-a stale entry keeps serving (answers say ``stale: true``) rather than failing the bid.
+changed never replaces a newer one (:meth:`RatioCache.settle`): an entry put meanwhile stands unless the read shows
+its episode at a later slot, and a notification that arrived meanwhile makes the next bid read again. While the
+store is unreachable, a stale entry keeps serving (answers say ``stale: true``) rather than failing the bid.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from model.state import CampaignState, StateError
@@ -38,6 +39,14 @@ class CachedRatio:
     before a later change must not overwrite it with what the store held earlier (:meth:`RatioCache.get_many`)."""
 
 
+def readable(blob: bytes) -> CampaignState | None:
+    """The state in ``blob``; None if unreadable, treated as unknown (the next registration replaces it)."""
+    try:
+        return CampaignState.from_bytes(blob)
+    except StateError:
+        return None
+
+
 def bid_ratio_of(state: CampaignState) -> float:
     return 0.0 if state.budget_exhausted or state.done else state.next_ratio
 
@@ -50,6 +59,10 @@ class RatioCache:
         self._entries: dict[str, CachedRatio] = {}
         self._seq = 0
         """Puts and invalidations so far (:attr:`CachedRatio.seq`)."""
+        self._reading: dict[str, int] = {}
+        """Store reads out now, per campaign (:meth:`reading`)."""
+        self._notified: dict[str, int] = {}
+        """The change count at the last notification of a campaign with a read out (entry or not)."""
         self._hits = metrics.cache.labels(outcome="hit")  # labels() costs microseconds: once, not once a bid
         # Misses waiting for the next store read: every bid that misses in one event-loop pass shares one
         # get_many (one Redis pipeline instead of one round trip each), and a campaign is read once.
@@ -81,9 +94,53 @@ class RatioCache:
         entry = self._entries.get(campaign)
         if entry is not None and entry.episode == episode and entry.slot == slot:
             return
+        self._seq += 1
+        if campaign in self._reading:  # a read out now may predate this write, whether or not there is an entry
+            self._notified[campaign] = self._seq
         if entry is not None:
-            self._seq += 1
             self._entries[campaign] = CachedRatio(entry.episode, entry.slot, entry.ratio, float("-inf"), seq=self._seq)
+
+    @contextmanager
+    def reading(self, campaigns: Sequence[str]) -> Iterator[int]:
+        """Around a store read of ``campaigns``: yields the change count the read starts from, for :meth:`settle`
+        (inside the block), and keeps the notifications that arrive meanwhile."""
+        for name in campaigns:
+            self._reading[name] = self._reading.get(name, 0) + 1
+        try:
+            yield self._seq
+        finally:
+            for name in campaigns:
+                left = self._reading[name] - 1
+                if left:
+                    self._reading[name] = left
+                else:
+                    del self._reading[name]
+                    self._notified.pop(name, None)
+
+    def settle(self, campaign: str, read_from: int, state: CampaignState | None) -> CachedRatio | None:
+        """Enter what a store read that started at change count ``read_from`` found (None: no state), given what
+        changed while it was out; returns the entry to answer with (None: unknown campaign).
+
+        An entry put meanwhile (this process's write, or a read that came back first) is kept unless the read shows
+        the same episode at a later slot (slots only grow within an episode). A notification that arrived meanwhile
+        may be of a write the read did not see: the answer stands, and the next bid reads again.
+        """
+        current = self._entries.get(campaign)
+        put_meanwhile = current is not None and current.seq > read_from and current.fetched > float("-inf")
+        later = (
+            state is not None and current is not None and state.episode == current.episode and state.slot > current.slot
+        )
+        entry: CachedRatio | None
+        if put_meanwhile and not later:
+            entry = current
+        elif state is None:
+            self.forget(campaign)
+            return None
+        else:
+            entry = self.put(campaign, state)
+        if self._notified.get(campaign, -1) > read_from:
+            self.invalidate(campaign)
+        return entry
 
     def forget(self, campaign: str) -> None:
         self._entries.pop(campaign, None)
@@ -159,33 +216,26 @@ class RatioCache:
         if not missing:
             return out, served_stale
         names = [campaigns[k] for k in missing]
-        read_from = self._seq
-        try:
-            stored = await self._read(names, store)
-        except StoreUnavailable:
-            stale = [self._entries.get(name) for name in names]
-            if any(e is None for e in stale):
-                raise
-            self.metrics.cache.labels(outcome="stale").inc(len(missing))
-            retry_after = time.monotonic()
-            for k, name, entry in zip(missing, names, stale, strict=True):
-                assert entry is not None
-                out[k] = self._entries[name] = CachedRatio(entry.episode, entry.slot, entry.ratio, retry_after, True)
-            return out, True
-        self.metrics.cache.labels(outcome="miss").inc(len(missing))
-        for k, name, item in zip(missing, names, stored, strict=True):
-            current = self._entries.get(name)
-            if current is not None and current.seq > read_from and current.fetched > float("-inf"):
-                out[k] = current  # put while the read was out (this process's write): newer than the read
-                continue
-            if item is None:
-                self.forget(name)
-                continue
+        with self.reading(names) as read_from:
             try:
-                out[k] = self.put(name, CampaignState.from_bytes(item.blob))
-            except StateError:
-                self.forget(name)  # unreadable state: treated as unknown (the next registration replaces it)
-                continue
-            if current is not None and current.seq > read_from:  # another process wrote while the read was out:
-                self.invalidate(name)  # what was read may predate that write, so the next bid reads again
+                stored = await self._read(names, store)
+            except StoreUnavailable:
+                current = [self._entries.get(name) for name in names]
+                if any(e is None for e in current):
+                    raise
+                self.metrics.cache.labels(outcome="stale").inc(len(missing))
+                retry_after = time.monotonic()
+                for k, name, entry in zip(missing, names, current, strict=True):
+                    assert entry is not None
+                    if entry.seq > read_from and entry.fetched > float("-inf"):
+                        out[k] = entry  # put while the read was out (this process's write): not stale
+                        continue
+                    out[k] = self._entries[name] = CachedRatio(
+                        entry.episode, entry.slot, entry.ratio, retry_after, True, entry.seq
+                    )
+                    served_stale = True
+                return out, served_stale
+            self.metrics.cache.labels(outcome="miss").inc(len(missing))
+            for k, name, item in zip(missing, names, stored, strict=True):
+                out[k] = self.settle(name, read_from, None if item is None else readable(item.blob))
         return out, served_stale

@@ -1,14 +1,15 @@
 """Redis store: one HASH per campaign, writes through Lua scripts, updates broadcast on a pub/sub channel.
 
 Layout: key ``f"{prefix}:{{{campaign}}}"`` (the campaign id in a hash tag, so Redis Cluster can shard by campaign)
-holds the fields ``e`` (episode id), ``s`` (slot, decimal) and ``b`` (the opaque blob). ``register`` and
+holds the fields ``e`` (episode id), ``s`` (slot, decimal), ``b`` (the opaque blob) and ``w`` (the last write's
+random token, which tells a re-send of that write from a repeat: :func:`_write_token`). ``register`` and
 ``compare_and_set`` run ``lua/register.lua`` and ``lua/compare_and_set.lua``: each checks, writes, refreshes the
 TTL (``state_ttl_s``) and PUBLISHes the campaign id on ``f"{prefix}:updates"``, in one round trip.
 
 Failure model: every command runs under the socket timeout ``timeout_s`` and an overall deadline
 (``pool_timeout_s + 3 * timeout_s``); any redis or socket error becomes
 :class:`~service.store.base.StoreUnavailable`. A refused connection is retried once (to get past a stale pooled
-connection after a server restart); a timeout is not retried.
+connection after a server restart, a re-send that answers as the first send did); a timeout is not retried.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from model.state import CampaignState
 from service.metrics import Metrics
 from service.ratio_cache import RatioCache
-from service.store import MemoryStore, Stored
+from service.store import MemoryStore, Stored, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -25,19 +25,29 @@ def state_at(slot: int, ratio: float) -> CampaignState:
 
 
 class HeldStore(MemoryStore):
-    """A memory store whose batch read takes what the store holds at once, then waits for ``release``: a read in
-    flight (its reply on the wire) while the test writes."""
+    """A memory store whose reads take what the store holds at once, then wait for ``release`` (the one of that
+    read, ``held[k]`` for the k-th read): a read in flight, its reply on the wire, while the test writes."""
 
     def __init__(self) -> None:
         super().__init__()
         self.reading = asyncio.Event()
         self.release = asyncio.Event()
+        self.held: list[asyncio.Event] = []
+        self.fail = False
 
     async def get_many(self, campaigns: Sequence[str]) -> list[Stored | None]:
         found = await super().get_many(campaigns)
-        self.reading.set()
-        await self.release.wait()
+        if not self.release.is_set():  # set: reads pass at once
+            release = self.release if not self.held else asyncio.Event()
+            self.held.append(release)
+            self.reading.set()
+            await release.wait()
+        if self.fail:
+            raise StoreUnavailable("down (test)")
         return found
+
+    async def get(self, campaign: str) -> Stored | None:
+        return (await self.get_many([campaign]))[0]
 
 
 async def test_a_read_out_while_this_process_wrote_does_not_replace_the_write() -> None:
@@ -88,3 +98,68 @@ async def test_a_read_with_nothing_changed_meanwhile_is_kept_for_ttl() -> None:
     )  # no notification: the cache keeps slot 1
     entries, _ = await cache.get_many(["c1"], store)
     assert entries[0] is not None and entries[0].slot == 1
+
+
+async def test_a_notification_of_a_campaign_not_yet_cached_during_its_first_read_is_kept() -> None:
+    """A cold cache (a process just started at a slot boundary): the first read sees slot 1, another process writes
+    slot 2 and notifies while it is out; before, the notification found no entry and was lost, and slot 1 was bid
+    for ttl_s."""
+    store, cache = HeldStore(), RatioCache(ttl_s=60.0, metrics=Metrics())
+    await store.register("c1", DAY, state_at(1, 1.5).to_bytes())
+    bid = asyncio.create_task(cache.get_many(["c1"], store))
+    await store.reading.wait()
+    assert await store.compare_and_set("c1", DAY, 0, state_at(2, 2.5).to_bytes()) is None
+    cache.invalidate("c1", DAY, 2)
+    store.release.set()
+    entries, _ = await bid
+    assert entries[0] is not None and entries[0].slot == 1
+    entries, _ = await cache.get_many(["c1"], store)  # read again (release is set: at once)
+    assert entries[0] is not None and (entries[0].slot, entries[0].ratio) == (2, 2.5)
+
+
+async def test_a_read_failing_while_this_process_wrote_keeps_the_write_fresh_and_its_order() -> None:
+    """Before: the failed read turned the entry just written into a stale copy without its change count, and an
+    older read coming back after it overwrote the write for ttl_s."""
+    store, cache = HeldStore(), RatioCache(ttl_s=60.0, metrics=Metrics())
+    await store.register("c1", DAY, state_at(1, 1.5).to_bytes())
+    cache.put("c1", state_at(0, 1.0))
+    cache.invalidate("c1", DAY, 1)
+    first = asyncio.create_task(cache.get_many(["c1"], store))  # sees slot 1, held
+    await store.reading.wait()
+    second = asyncio.create_task(cache.get_many(["c1"], store))  # another loop pass: its own read, held
+    while len(store.held) < 2:
+        await asyncio.sleep(0)
+    cache.put("c1", state_at(2, 2.5))  # this process's write lands
+    store.fail = True
+    store.held[1].set()
+    entries, stale = await second
+    assert entries[0] is not None and (entries[0].slot, entries[0].stale, stale) == (2, False, False)
+    store.fail = False
+    store.held[0].set()
+    entries, _ = await first
+    assert entries[0] is not None and entries[0].slot == 2
+    entry = cache.peek("c1")
+    assert entry is not None and (entry.slot, entry.ratio) == (2, 2.5)
+
+
+async def test_a_read_that_comes_back_after_a_later_one_does_not_replace_it() -> None:
+    """Two reads out (a campaign page's and a bid's): the one that saw the later slot stands, whichever returns
+    first."""
+    from service.episodes import Episodes
+
+    store, cache = HeldStore(), RatioCache(ttl_s=60.0, metrics=Metrics())
+    await store.register("c1", DAY, state_at(1, 1.5).to_bytes())
+    episodes = Episodes(store, None, cache, cache.metrics, None)  # type: ignore[arg-type]  # read() needs neither
+    page = asyncio.create_task(episodes.read("c1"))  # sees slot 1, held
+    await store.reading.wait()
+    assert await store.compare_and_set("c1", DAY, 0, state_at(2, 2.5).to_bytes()) is None
+    bid = asyncio.create_task(cache.get_many(["c1"], store))  # sees slot 2, held
+    while len(store.held) < 2:
+        await asyncio.sleep(0)
+    store.held[1].set()
+    entries, _ = await bid
+    assert entries[0] is not None and entries[0].slot == 2
+    store.held[0].set()
+    assert (await page).slot == 1  # the page shows what it read ...
+    entry = cache.peek("c1")
+    assert entry is not None and (entry.slot, entry.ratio) == (2, 2.5)  # ... and the cache keeps the later slot

@@ -227,6 +227,33 @@ async def test_a_write_resent_after_its_reply_was_lost_answers_as_its_first_send
         assert lose_a_reply == [0, 0, 0]  # each loss happened
 
 
+async def test_a_resent_write_does_not_claim_a_state_an_older_script_wrote_over_its_token(
+    store: EpisodeStore, store_url: str
+) -> None:
+    """A process still on the scripts before tokens (a rolling upgrade) writes e, s and b and leaves w: a re-send
+    that finds its token must also find its own slot and blob before it answers written."""
+    if not isinstance(store, RedisStore):
+        return  # the memory store has no scripts nor re-sends
+    key, token = store.key("c1"), b"fixed-token"
+    register = [DAY, b"ours", store.state_ttl_ms, store.channel, "c1", token]
+    assert (await store._register(keys=[key], args=register))[0] == 1
+    client = raw_client(store_url)
+    try:
+        await client.hset(key, mapping={"e": DAY, "s": "0", "b": b"theirs"})  # B then A again, old script
+        assert [int(x) if i == 0 else x for i, x in enumerate(await store._register(keys=[key], args=register))] == [
+            0,
+            DAY.encode(),
+            b"0",
+            b"theirs",
+        ]
+        cas = [DAY, 0, b"ours-1", store.state_ttl_ms, store.channel, "c1", "", token]
+        assert (await store._compare_and_set(keys=[key], args=cas))[0] == 1
+        await client.hset(key, mapping={"s": "1", "b": b"theirs-1"})  # an old script's write of the same slot
+        assert (await store._compare_and_set(keys=[key], args=cas))[0] == 0
+    finally:
+        await client.aclose()
+
+
 async def test_subscribe_sees_writes_of_another_instance(store: EpisodeStore, store_url: str) -> None:
     seen: list[str] = []
     await store.subscribe(lambda campaign, _episode, _slot: seen.append(campaign))

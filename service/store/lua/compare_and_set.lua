@@ -4,7 +4,8 @@
 -- blob must be the one the new state was computed from, so a re-registration A -> B -> A in between is a change),
 -- token (random per call: the client library re-sends a call whose reply was lost with the same ARGV, and the
 -- re-send must answer as the first send did, not as a stale write)
--- Returns {1} when applied (slot becomes expected_slot + 1), or applied by this very call; {-1} when the campaign
+-- Returns {1} when applied (slot becomes expected_slot + 1), or applied by this very call (its token, that slot and
+-- its blob are stored: a process on an older script writes no token); {-1} when the campaign
 -- has no state; {0, e, s, b} (the stored state, untouched) otherwise.
 local current = redis.call('HMGET', KEYS[1], 'e', 's', 'b', 'w')
 if not current[1] then
@@ -12,7 +13,7 @@ if not current[1] then
 end
 local expected = tonumber(ARGV[2])
 if current[1] ~= ARGV[1] or tonumber(current[2]) ~= expected then
-  if current[4] == ARGV[8] and current[1] == ARGV[1] and tonumber(current[2]) == expected + 1 then
+  if current[4] == ARGV[8] and current[1] == ARGV[1] and tonumber(current[2]) == expected + 1 and current[3] == ARGV[3] then
     return {1}
   end
   return {0, current[1], current[2], current[3]}

@@ -2,11 +2,11 @@
 -- KEYS[1]: the campaign's hash {e: episode, s: slot, b: blob, w: the last write's token}
 -- ARGV: episode, blob, ttl_ms, channel, campaign, token (random per call: the client library re-sends a call whose
 -- reply was lost with the same ARGV, and the re-send must answer as the first send did, not as a repeat)
--- Returns {1} when written (or written by this very call); {0, e, s, b} (the stored state, untouched) when the
--- episode is already stored.
+-- Returns {1} when written (or written by this very call: its token, slot 0 and its blob are stored);
+-- {0, e, s, b} (the stored state, untouched) when the episode is already stored.
 local current = redis.call('HMGET', KEYS[1], 'e', 's', 'b', 'w')
 if current[1] == ARGV[1] then
-  if current[4] == ARGV[6] and current[2] == '0' then
+  if current[4] == ARGV[6] and current[2] == '0' and current[3] == ARGV[2] then
     return {1}
   end
   return {0, current[1], current[2], current[3]}
