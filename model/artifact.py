@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -403,19 +404,30 @@ def file_sha256(path: Path) -> str:
 
 def read_card(directory: Path) -> ModelCard:
     """Parse and validate ``model.json`` (format, schema, features against this code); files are not opened."""
-    path = Path(directory) / CARD_FILE
-    if not Path(directory).is_dir():
+    return _parse_card(Path(directory) / CARD_FILE, _card_bytes(Path(directory)))
+
+
+def _card_bytes(directory: Path) -> bytes:
+    path = directory / CARD_FILE
+    if not directory.is_dir():
         raise ArtifactError(f"{directory}: no such model directory")
     if not path.is_file():
         raise ArtifactError(f"{directory}: incomplete model artifact, {CARD_FILE} is missing")
+    return path.read_bytes()
+
+
+def _parse_card(path: Path, data: bytes) -> ModelCard:
+    """:func:`read_card` of the bytes read from ``path`` (read once: the loader hashes the same bytes)."""
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+        raise ArtifactError(f"{path}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(raw, dict):
         raise ArtifactError(f"{path}: expected a JSON object, got {type(raw).__name__}")
     if raw.get("format") != FORMAT:
-        raise ArtifactError(f"{path}: format {raw.get('format')!r} is not an rcb model ({FORMAT!r})")
+        raise ArtifactError(f"{path}: format {str(raw.get('format'))[:80]!r} is not an rcb model ({FORMAT!r})")
+    if not isinstance(raw.get("format_version"), int) or isinstance(raw.get("format_version"), bool):
+        raise ArtifactError(f"{path}: format_version must be an integer, got {str(raw.get('format_version'))[:80]!r}")
     if raw.get("format_version") in OLD_VERSIONS:
         version = raw["format_version"]
         raise ArtifactError(f"{path}: format version {version} is no longer supported: {OLD_VERSIONS[version]}")
@@ -502,7 +514,8 @@ def _check_io(session: Any, spec: GraphSpec, path: Path) -> None:
                 )
 
 
-def _session(path: Path, threads: int) -> Any:
+def _session(path: Path, graph: bytes, threads: int) -> Any:
+    """An onnxruntime session of ``graph``, the bytes read (and hashed) from ``path``."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -510,9 +523,10 @@ def _session(path: Path, threads: int) -> Any:
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only: a refused file is reported by ArtifactError
     try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
-        raise ArtifactError(f"{path}: onnxruntime cannot load it ({str(exc).strip().splitlines()[0]})") from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ArtifactError(f"{path}: onnxruntime cannot load it ({first})") from None
 
 
 def load_artifact(directory: Path | str, intra_op_threads: int = 1) -> Artifact:
@@ -529,29 +543,34 @@ def load_artifact(directory: Path | str, intra_op_threads: int = 1) -> Artifact:
 
 
 def _load(directory: Path, intra_op_threads: int) -> Artifact:
-    card = read_card(directory)
-    sessions: dict[str, Any] = {}
+    # Every file is read once, and what is hashed is what is served: an export replacing the directory while this
+    # runs (rcb export --force beside a reload) cannot pair one card with another export's graphs.
+    card_data = _card_bytes(directory)
+    card = _parse_card(directory / CARD_FILE, card_data)
+    card_sha256 = hashlib.sha256(card_data).hexdigest()
+    files: dict[str, bytes] = {}
     for name in card.expected_files:
         path = directory / name
         if not path.is_file():
             raise ArtifactError(f"{directory}: incomplete model artifact, {name} is missing")
-        if file_sha256(path) != card.files[name]:
+        files[name] = path.read_bytes()
+        if hashlib.sha256(files[name]).hexdigest() != card.files[name]:
             raise ArtifactError(f"{path}: corrupted or replaced (sha256 differs from {CARD_FILE})")
-        if not card.is_planner:
-            sessions[name] = _session(path, intra_op_threads)
     if card.is_planner:
-        return Artifact(directory, card, None, None, _planner(directory / SCENARIOS_FILE, card))
+        planner = _planner(directory / SCENARIOS_FILE, files[SCENARIOS_FILE], card)
+        return Artifact(directory, card, None, None, planner, card_sha256=card_sha256)
+    sessions = {name: _session(directory / name, data, intra_op_threads) for name, data in files.items()}
     _check_io(sessions[POLICY_FILE], card.policy_spec(), directory / POLICY_FILE)
     if card.bayesian:
         _check_io(sessions[ENCODER_FILE], card.encoder_spec(), directory / ENCODER_FILE)
-    return Artifact(directory, card, sessions[POLICY_FILE], sessions.get(ENCODER_FILE))
+    return Artifact(directory, card, sessions[POLICY_FILE], sessions.get(ENCODER_FILE), card_sha256=card_sha256)
 
 
-def _planner(path: Path, card: ModelCard) -> TunedPlanner:
-    """A planner model's law on its scenarios, checked against its card."""
+def _planner(path: Path, data: bytes, card: ModelCard) -> TunedPlanner:
+    """A planner model's law on its scenarios (``data``, read from ``path``), checked against its card."""
     assert card.planner is not None
     try:
-        scenarios = load_scenarios(path)
+        scenarios = load_scenarios(io.BytesIO(data), name=str(path))
     except ValueError as exc:
         raise ArtifactError(f"{path}: {exc}") from None
     if scenarios.days != card.planner.train_days:
@@ -574,10 +593,18 @@ class Artifact:
     """A loaded model: batch entry points over onnxruntime sessions, inputs checked against the card."""
 
     def __init__(
-        self, directory: Path, card: ModelCard, policy: Any, encoder: Any | None, planner: TunedPlanner | None = None
+        self,
+        directory: Path,
+        card: ModelCard,
+        policy: Any,
+        encoder: Any | None,
+        planner: TunedPlanner | None = None,
+        card_sha256: str = "",
     ):
         self.directory = directory
         self.card = card
+        self.card_sha256 = card_sha256
+        """The sha256 of the ``model.json`` bytes this artifact was loaded from (the service's model version)."""
         self._policy = policy
         self._encoder = encoder
         self.planner = planner

@@ -32,7 +32,7 @@ import zipfile
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 import numpy as np
 
@@ -114,10 +114,12 @@ def save_scenarios(scenarios: Scenarios, path: Path) -> None:
         )
 
 
-def load_scenarios(path: Path) -> Scenarios:
-    """:func:`save_scenarios`' file read back; ``ValueError`` names what is missing, malformed or not finite."""
+def load_scenarios(source: Path | BinaryIO, name: str | None = None) -> Scenarios:
+    """:func:`save_scenarios`' file read back (a path, or its bytes as a file object named ``name`` in messages);
+    ``ValueError`` names what is missing, malformed or not finite."""
+    path = name or str(source)
     try:
-        with np.load(Path(path), allow_pickle=False) as f:
+        with np.load(Path(source) if isinstance(source, str | Path) else source, allow_pickle=False) as f:
             missing = [name for name in SCENARIO_ARRAYS if name not in f.files]
             if missing:
                 raise ValueError(f"{path}: scenarios file lacks {', '.join(missing)}")

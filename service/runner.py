@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import hashlib
 import logging
 import os
 import sys
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 from anyio import to_thread
 
-from model.artifact import CARD_FILE, Artifact, ArtifactError, load_artifact
+from model.artifact import Artifact, ArtifactError, load_artifact
 from model.controller import RATIO_FLOOR, ControllerGains, controller_ratios
 from model.features import out_of_range
 from model.history import History
@@ -79,7 +78,7 @@ def measured_with(measured: dict[str, Any], served: ShieldConfig) -> bool:
 
 def model_version(artifact: Artifact) -> str:
     """``{algorithm}-{setting}-{sha256(model.json)[:12]}``: names the exact artifact served."""
-    digest = hashlib.sha256((artifact.directory / CARD_FILE).read_bytes()).hexdigest()[:12]
+    digest = artifact.card_sha256[:12]  # of the bytes loaded, not read again: the directory may have changed since
     return f"{artifact.card.algorithm}-{artifact.card.setting}-{digest}"
 
 

@@ -199,6 +199,14 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
         lambda d, e: rewrite_card(d, lambda r: r.update(format_version=FORMAT_VERSION + 1)),
         f"format version {FORMAT_VERSION + 1} is not supported; this code reads version {FORMAT_VERSION}",
     ),
+    "format version not an integer": (  # a list raised TypeError (unhashable) past read_card
+        lambda d, e: rewrite_card(d, lambda r: r.update(format_version=[FORMAT_VERSION])),
+        "format_version must be an integer",
+    ),
+    "card nested too deep": (  # RecursionError past read_card
+        lambda d, e: (d / CARD_FILE).write_text("[" * 100_000 + "]" * 100_000),
+        "not valid JSON \\(RecursionError",
+    ),
     "card field missing": (lambda d, e: rewrite_card(d, lambda r: r.pop("opset")), "invalid model card: .*opset"),
     "unknown feature": (
         lambda d, e: rewrite_card(d, _features(lambda f: f[2].update(name="hindsight_oracle"))),
@@ -285,6 +293,62 @@ def test_a_bad_artifact_is_refused_with_a_message_naming_the_problem(exported: E
     damage(directory, exported)
     with pytest.raises(ArtifactError, match=message):
         load_artifact(directory)
+
+
+def test_an_onnxruntime_error_without_a_message_is_still_an_artifact_error(
+    exported: Exported, monkeypatch: pytest.MonkeyPatch
+):
+    import onnxruntime
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise MemoryError()  # no message: the error's first line was an IndexError
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", fail)
+    with pytest.raises(ArtifactError, match="onnxruntime cannot load it \\(MemoryError\\)"):
+        load_artifact(exported.cbrl_model)
+
+
+def test_what_is_hashed_is_what_is_served_while_an_export_replaces_the_directory(
+    exported: Exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """rcb export --force swaps the directory while a reload reads it: before, each file was hashed from one read
+    and opened by onnxruntime from a second, and the version read the card a third time, so a reload could serve
+    the old card with the new graphs under the new card's version."""
+    import model.artifact as artifact_module
+
+    directory = tmp_path / "model"
+    shutil.copytree(exported.cbrl_model, directory)
+    old = load_artifact(directory)
+    card_sha = hashlib.sha256((directory / CARD_FILE).read_bytes()).hexdigest()
+    obs = np.random.default_rng(0).random((3, old.card.obs_dim), dtype=np.float32)
+    z = np.zeros((3, old.card.latent_dim), np.float32)
+    expected = old.act(obs, z)
+    other = tmp_path / "other"
+    shutil.copytree(exported.cbrl_model, other)
+    rng = np.random.default_rng(1)
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(other / POLICY_FILE)
+    for init in graph.graph.initializer:  # another model of the same shapes: a retrained one
+        values = numpy_helper.to_array(init)
+        if values.dtype == np.float32 and values.size > 1:
+            init.CopyFrom(numpy_helper.from_array(rng.normal(size=values.shape).astype(np.float32), init.name))
+    onnx.save(graph, other / POLICY_FILE)
+    session = artifact_module._session
+    swapped: list[bool] = []
+
+    def swap_then_open(path: Path, graph_bytes: bytes, threads: int) -> object:
+        if not swapped:  # the export lands between the hashing and the opening
+            for name in (POLICY_FILE, CARD_FILE):
+                shutil.copyfile(other / name, directory / name)
+            swapped.append(True)
+        return session(path, graph_bytes, threads)
+
+    monkeypatch.setattr(artifact_module, "_session", swap_then_open)
+    loaded = load_artifact(directory)
+    assert swapped and loaded.card_sha256 == card_sha
+    np.testing.assert_array_equal(loaded.act(obs, z), expected)
 
 
 @pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs /proc/self/mem, a file whose read fails")
