@@ -16,13 +16,13 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default
 class Settings(BaseSettings):
     """Every knob of the service. Environment: ``RCB_<FIELD>`` (e.g. ``RCB_MODEL_DIR``, ``RCB_REDIS_URL``)."""
 
-    model_config = SettingsConfigDict(env_prefix="RCB_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="RCB_", extra="ignore", frozen=True, populate_by_name=True)
 
     model_dir: Path = DEFAULT_MODEL_DIR
     """The model artifact to serve (``rcb export``'s output)."""
-    store: str = Field(default="memory", validation_alias=AliasChoices("RCB_STORE", "RCB_REDIS_URL", "store"))
+    store: str = Field(default="memory", validation_alias=AliasChoices("RCB_STORE", "RCB_REDIS_URL"))
     """``memory`` (in-process, one process only), ``redis://host:port/db`` or ``redis+cluster://h1:p1,h2:p2``.
-    ``RCB_STORE`` or ``RCB_REDIS_URL``."""
+    ``RCB_STORE`` or ``RCB_REDIS_URL`` (aliases take no prefix: an unprefixed ``STORE`` variable is not read)."""
     key_prefix: str = "rcb"
     """Prefix of every Redis key (``{prefix}:{{campaign}}``) and of the update channel."""
     state_ttl_s: int = Field(default=7 * 24 * 3600, gt=0)
@@ -54,7 +54,16 @@ class Settings(BaseSettings):
     """Most campaigns with series of their own in the per-campaign counters of ``/metrics`` (shield actions,
     out-of-range slots), per process; the rest are counted under ``campaign="_other"``. 0: all under it."""
     log_level: str = "INFO"
+    """DEBUG, INFO, WARNING or ERROR (any case)."""
     json_logs: bool = True
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError(f"log_level must be debug, info, warning or error; got {value!r}")
+        return level
 
     @field_validator("store")
     @classmethod
@@ -63,6 +72,12 @@ class Settings(BaseSettings):
         if value == "memory" or value.startswith(("redis://", "rediss://", "redis+cluster://")):
             return value
         raise ValueError(f"store must be 'memory', redis://... or redis+cluster://...; got {value!r}")
+
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _empty_token_is_unset(cls, value: object) -> object:
+        # compose's `.env` or an exported empty variable: RCB_API_TOKEN= means no token, not a 0-character one
+        return None if value == "" or (isinstance(value, SecretStr) and not value.get_secret_value()) else value
 
     @field_validator("api_token")
     @classmethod

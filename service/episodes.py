@@ -37,6 +37,17 @@ _BACKGROUND_CHUNK = 128
 """Campaigns per model call on the batch thread (nice 19): the bids' thread preempts it, so chunks need not be tiny."""
 
 
+REFUSAL_RESULTS = {
+    "unknown_campaign": "unknown",
+    "contended": "contended",
+    "unreadable_state": "unreadable",
+    "duplicate_campaign": "duplicate",
+    "invalid_request": "invalid",
+}
+"""``rcb_slot_updates_total``'s result for a refusal not counted where it is classified (conflicts, skips and wrong
+episodes are counted by :meth:`Episodes._classified`, store outages by :meth:`service.metrics.Metrics.store_failed`)."""
+
+
 def decode(campaign: str, stored: Stored) -> CampaignState:
     try:
         return CampaignState.from_bytes(stored.blob)
@@ -135,6 +146,7 @@ class Episodes:
         decided = await self.runner.decide_async([fresh])
         state = decided.state(0, fresh)
         stored, created = await self.store.register(campaign, body.episode, state.to_bytes())
+        self.metrics.store_up.set(1)  # a write landed
         if created:
             self._count(decided, [(0, campaign)])
         else:  # a concurrent registration of the same episode won: answer its state
@@ -162,7 +174,7 @@ class Episodes:
         if stored is None:
             self.metrics.slot_updates.labels(result="unknown").inc()
             raise unknown_campaign(update.campaign_id)
-        state, read = decode(update.campaign_id, stored), stored.blob
+        state, read = self._decoded(update.campaign_id, stored), stored.blob
         for _ in range(3):
             outcome = self._classified(state, update)
             if not isinstance(outcome, Apply):
@@ -191,8 +203,21 @@ class Episodes:
                 )
                 return answer(new, update.slot, replayed=False)
             # a concurrent sender won, or the campaign was registered again: answer from what is stored now
-            state, read = decode(update.campaign_id, current), current.blob
-        raise ApiError(409, "contended", "the campaign's state kept changing; retry")
+            state, read = self._decoded(update.campaign_id, current), current.blob
+        raise self._refused(ApiError(409, "contended", "the campaign's state kept changing; retry"))
+
+    def _refused(self, exc: ApiError) -> ApiError:
+        """``exc``, counted in ``rcb_slot_updates_total`` under :data:`REFUSAL_RESULTS`."""
+        result = REFUSAL_RESULTS.get(exc.error)
+        if result is not None:
+            self.metrics.slot_updates.labels(result=result).inc()
+        return exc
+
+    def _decoded(self, campaign: str, stored: Stored) -> CampaignState:
+        try:
+            return decode(campaign, stored)
+        except ApiError as exc:
+            raise self._refused(exc) from None
 
     def _classified(self, state: CampaignState, update: SlotUpdate) -> Apply | SlotAnswer:
         outcome = classify(state, update)
@@ -232,11 +257,13 @@ class Episodes:
         unique: list[int] = []
         for i, u in enumerate(updates):
             if u.campaign_id in seen:
-                results[i] = BatchItem(
-                    status=422,
-                    campaign_id=u.campaign_id,
-                    error="duplicate_campaign",
-                    detail="one update per campaign per batch (send the next slot in the next call)",
+                results[i] = self._error_item(
+                    u,
+                    ApiError(
+                        422,
+                        "duplicate_campaign",
+                        "one update per campaign per batch (send the next slot in the next call)",
+                    ),
                 )
             else:
                 seen.add(u.campaign_id)
@@ -303,13 +330,12 @@ class Episodes:
         """One update of a batch against its stored state: an item now (unknown, conflict, replay) or pending."""
         if item is None:
             results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
-            self.metrics.slot_updates.labels(result="unknown").inc()
             return
         try:
-            state = decode(u.campaign_id, item)
+            state = self._decoded(u.campaign_id, item)
             outcome = self._classified(state, u)
-        except ApiError as exc:
-            results[i] = self._error_item(u, exc)
+        except ApiError as exc:  # counted where raised
+            results[i] = self._item(u, exc)
             return
         if isinstance(outcome, SlotAnswer):
             results[i] = BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
@@ -322,9 +348,9 @@ class Episodes:
             self._applied(new)
             return BatchItem(status=200, campaign_id=u.campaign_id, answer=answer(new, u.slot, False))
         try:
-            outcome = self._classified(decode(u.campaign_id, current), u)
-        except ApiError as exc:
-            return self._error_item(u, exc)
+            outcome = self._classified(self._decoded(u.campaign_id, current), u)
+        except ApiError as exc:  # counted where raised
+            return self._item(u, exc)
         if not isinstance(outcome, SlotAnswer):  # the slot is still to apply: registered again since it was read
             return self._error_item(u, ApiError(409, "contended", "the campaign was registered again; retry"))
         return BatchItem(status=200, campaign_id=u.campaign_id, answer=outcome)
@@ -397,6 +423,10 @@ class Episodes:
 
         await asyncio.gather(*(write(k, i, s) for k, (i, s) in enumerate(pending)))
 
+    def _error_item(self, update: SlotUpdate, exc: ApiError) -> BatchItem:
+        """The item of a refusal, counted (:meth:`_refused`)."""
+        return self._item(update, self._refused(exc))
+
     @staticmethod
-    def _error_item(update: SlotUpdate, exc: ApiError) -> BatchItem:
+    def _item(update: SlotUpdate, exc: ApiError) -> BatchItem:
         return BatchItem(status=exc.status, campaign_id=update.campaign_id, error=exc.error, detail=exc.detail)

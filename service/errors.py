@@ -100,6 +100,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        metrics = getattr(request.app.state, "metrics", None)
+        if metrics is not None and request.url.path == "/v1/slot-update":  # a batch counts its invalid items
+            metrics.slot_updates.labels(result="invalid").inc()
         return error_response(422, "invalid_request", validation_problems(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)

@@ -44,6 +44,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     cache = RatioCache(settings.ratio_cache_ttl_s, metrics)
     await store.subscribe(cache.invalidate)
+    metrics.store_up.set(1 if await store.ping() else 0)  # from the start, not from the first write or /readyz
     app.state.runner, app.state.store, app.state.cache = runner, store, cache
     app.state.episodes = Episodes(store, runner, cache, metrics, settings)
     _install_sighup(runner, metrics)

@@ -30,7 +30,8 @@ class Metrics:
         )
         self.slot_updates = Counter(
             "rcb_slot_updates_total",
-            "Slot updates by result (applied, replayed, conflict, skipped, unknown, invalid)",
+            "Slot updates by result (applied, replayed, conflict, skipped, unknown, wrong_episode, contended, "
+            "unreadable, unavailable, invalid)",
             ["result"],
             registry=r,
         )
@@ -61,7 +62,9 @@ class Metrics:
         self.model_loaded = Gauge(
             "rcb_model_loaded", "1 when a model is loaded, 0 when the fallback decides", registry=r
         )
-        self.store_up = Gauge("rcb_store_up", "1 when the last store ping answered", registry=r)
+        self.store_up = Gauge(
+            "rcb_store_up", "1 when the store answered its last command or ping, 0 after a failure", registry=r
+        )
 
     def campaign_label(self, campaign: str) -> str:
         """``campaign`` while it has (or may still get) a series of its own, else :data:`OTHER_CAMPAIGNS`."""

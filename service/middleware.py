@@ -24,6 +24,10 @@ def route_label(path: str) -> str:
     return "other"
 
 
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+"""The methods ``rcb_request_seconds`` names; any other is ``other`` (the label comes from the client)."""
+
+
 class LimitsAndMetrics:
     def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int):
         self.app, self.metrics, self.max_body_bytes = app, metrics, max_body_bytes
@@ -88,7 +92,8 @@ class LimitsAndMetrics:
 
     def _observe(self, scope: Scope, code: int, start: float) -> None:
         elapsed = time.perf_counter() - start
-        key = (route_label(scope.get("path", "")), scope.get("method", ""), code)
+        method = scope.get("method", "")
+        key = (route_label(scope.get("path", "")), method if method in HTTP_METHODS else "other", code)
         child = self._children.get(key)
         if child is None:
             child = self.metrics.request_seconds.labels(route=key[0], method=key[1], status=str(code))

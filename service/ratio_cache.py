@@ -220,6 +220,7 @@ class RatioCache:
             try:
                 stored = await self._read(names, store)
             except StoreUnavailable:
+                self.metrics.store_failed()  # a bid saw the outage: the gauge says so (served stale or refused)
                 current = [self._entries.get(name) for name in names]
                 if any(e is None for e in current):
                     raise
@@ -236,6 +237,7 @@ class RatioCache:
                     served_stale = True
                 return out, served_stale
             self.metrics.cache.labels(outcome="miss").inc(len(missing))
+            self.metrics.store_up.set(1)  # the store answered
             for k, name, item in zip(missing, names, stored, strict=True):
                 out[k] = self.settle(name, read_from, None if item is None else readable(item.blob))
         return out, served_stale

@@ -53,7 +53,10 @@ def serve_command(
             help="Bound the model's ratios with the safety shield. Default: $RCB_SHIELD, else on.",
         ),
     ] = None,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+    log_level: Annotated[
+        str | None,
+        typer.Option("--log-level", help="debug, info, warning or error. Default: $RCB_LOG_LEVEL, else info."),
+    ] = None,
 ) -> None:
     """Serve the model: register campaigns, take slot updates, score bids (docs/http-api.md)."""
     from pydantic import SecretStr, ValidationError
@@ -61,7 +64,9 @@ def serve_command(
     from model.artifact import ArtifactError, read_card
     from service.config import Settings
 
-    overrides: _Overrides = {"log_level": log_level.upper()}
+    overrides: _Overrides = {}
+    if log_level is not None:
+        overrides["log_level"] = log_level
     if model is not None:
         overrides["model_dir"] = model
     if store is not None:
@@ -115,6 +120,6 @@ def serve_command(
         loop="uvloop",
         http="httptools",
         access_log=False,
-        log_level=log_level.lower(),
+        log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=10,
     )

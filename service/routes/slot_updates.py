@@ -54,6 +54,7 @@ async def slot_update_batch(
             valid.append((i, SlotUpdate.model_validate(raw)))
         except ValidationError as exc:
             results[i] = _invalid_item(raw, exc)
+            episodes.metrics.slot_updates.labels(result="invalid").inc()
     if valid:
         answered = await episodes.apply_batch([u for _, u in valid])
         for (i, _), item in zip(valid, answered.results, strict=True):

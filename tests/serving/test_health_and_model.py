@@ -41,6 +41,31 @@ def test_ready_with_a_model_and_a_store(models):
         assert 'rcb_request_seconds_count{method="POST",route="/v1/bid",status="200"}' in text
 
 
+def test_every_slot_update_is_counted_once_by_result_and_the_store_gauge_starts_true(models):
+    """Unknown campaigns in a batch, unreadable states, duplicates and invalid updates went uncounted, so the results
+    did not sum to the updates received; rcb_store_up read 0 until the first slot update (after registrations too)."""
+    with serving(models.cbrl_model) as c:
+        assert metric(c.get("/metrics").text, "rcb_store_up") == 1  # a ping at startup
+        register(c)
+        register(c, "c2")
+        c.portal.call(c.app.state.store.register, "c3", "e1", b"not a state")  # type: ignore[attr-defined]
+        assert c.post("/v1/slot-update", json=update(cost=-1.0)).status_code == 422
+        assert c.post("/v1/slot-update", json=update("c3")).json()["error"] == "unreadable_state"
+        batch = [update(), update(), update("c9"), {**update("c2"), "wins": "many"}, update("c3"), update("c2")]
+        items = c.post("/v1/slot-update/batch", json={"updates": batch}).json()["results"]
+        assert [i["status"] for i in items] == [200, 422, 404, 422, 409, 200]
+        text = c.get("/metrics").text
+        counted = {
+            r: metric(text, f'rcb_slot_updates_total{{result="{r}"}}')
+            for r in ("applied", "duplicate", "unknown", "invalid", "unreadable")
+        }
+        assert counted == {"applied": 2, "duplicate": 1, "unknown": 1, "invalid": 2, "unreadable": 2}
+        assert metric(text, "rcb_slot_updates_total") == 2 + len(batch)  # one per update received
+        assert c.request("PROPFIND", "/healthz").status_code == 405
+        text = c.get("/metrics").text
+        assert 'method="other"' in text and "PROPFIND" not in text  # the client does not name series
+
+
 def test_without_a_model_the_fallback_controller_bids_and_says_so(models, tmp_path):
     with serving(tmp_path / "no-model") as c:
         ready = c.get("/readyz")

@@ -1,0 +1,76 @@
+"""The service's settings (service.config.Settings) and how `rcb serve` hands them on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from rcb.cli import app
+from service.config import Settings
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # set, then deleted: monkeypatch restores each as it was, also those `rcb serve` writes into os.environ
+    for name in (
+        "RCB_STORE",
+        "RCB_REDIS_URL",
+        "RCB_API_TOKEN",
+        "RCB_LOG_LEVEL",
+        "RCB_MODEL_DIR",
+        "RCB_SHIELD",
+        "STORE",
+    ):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
+def test_the_store_is_read_from_its_prefixed_variables_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unrelated STORE variable pointed the service at another Redis (or stopped it starting)."""
+    monkeypatch.setenv("STORE", "redis://elsewhere:6379/0")
+    assert Settings().store == "memory"
+    monkeypatch.setenv("RCB_REDIS_URL", "redis://h:1/0")
+    assert Settings().store == "redis://h:1/0"
+    monkeypatch.setenv("RCB_STORE", "redis://h:2/0")
+    assert Settings().store == "redis://h:2/0"
+    assert Settings(store="memory").store == "memory"  # the CLI's and tests' keyword
+
+
+def test_an_empty_token_is_no_token_and_a_short_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RCB_API_TOKEN", "")
+    assert Settings().api_token is None
+    monkeypatch.setenv("RCB_API_TOKEN", "change-me")
+    with pytest.raises(ValidationError, match="at least 16 characters"):
+        Settings()
+    monkeypatch.setenv("RCB_API_TOKEN", "0123456789abcdef")
+    token = Settings().api_token
+    assert token is not None and token.get_secret_value() == "0123456789abcdef"
+
+
+def test_the_log_level_is_checked_at_startup(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(log_level="debug").log_level == "DEBUG"
+    with pytest.raises(ValidationError, match="log_level must be"):
+        Settings(log_level="verbose")
+
+
+def test_rcb_serve_keeps_the_environments_log_level_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--log-level defaulted to info and overrode RCB_LOG_LEVEL, in the Docker image too (its CMD is rcb serve)."""
+    import uvicorn
+
+    runs: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: runs.append(kwargs))
+    monkeypatch.setenv("RCB_LOG_LEVEL", "DEBUG")
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 0, result.output
+    assert runs[-1]["log_level"] == "debug"
+    import os
+
+    assert os.environ["RCB_LOG_LEVEL"] == "DEBUG"  # what the workers read
+    result = CliRunner().invoke(app, ["serve", "--log-level", "warning"])
+    assert result.exit_code == 0, result.output
+    assert runs[-1]["log_level"] == "warning" and os.environ["RCB_LOG_LEVEL"] == "WARNING"
+    result = CliRunner().invoke(app, ["serve", "--log-level", "verbose"])
+    assert result.exit_code != 0 and "log_level must be" in result.output
