@@ -68,3 +68,16 @@ EpisodesDep = Annotated[Episodes, Depends(get_episodes)]
 CacheDep = Annotated[RatioCache, Depends(get_cache)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 Authorized = Depends(require_token)
+
+
+async def require_json(request: Request) -> None:
+    """JSON bodies: a body sent as anything but ``application/json`` (or ``+json``) is 415, not a 422 saying the
+    body "should be a valid dictionary" (``curl -d`` sends form encoding); a request without a body passes."""
+    if not request.headers.get("content-length", "0").strip("0") and "transfer-encoding" not in request.headers:
+        return
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/json" and not (kind.startswith("application/") and kind.endswith("+json")):
+        raise ApiError(415, "unsupported_media_type", f"send application/json, not {kind or 'nothing'!r}")
+
+
+JsonBody = Depends(require_json)

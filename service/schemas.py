@@ -48,16 +48,20 @@ campaign comes near it."""
 ROI_TARGET_RANGE = (1e-6, 1e6)
 """L's accepted range: wide for any real campaign, narrow enough that L x cost neither overflows nor underflows."""
 
-Amount = Annotated[float, Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False), AfterValidator(_finite_non_negative)]
 
-
-def _not_a_bool(value: object) -> object:
-    if isinstance(value, bool):  # JSON true would read as 1
-        raise ValueError("must be a whole number, not a boolean")
+def _a_json_number(value: object) -> object:
+    """Numbers only: pydantic's lax mode reads ``true`` as 1 and ``"1e3"`` as 1000, which an ad engine sending
+    either has a bug we should not hide (a whole float such as ``4.0`` stays a valid count)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    if isinstance(value, str | bytes):
+        raise ValueError("must be a JSON number, not a string")
     return value
 
 
-Count = Annotated[int, BeforeValidator(_not_a_bool), Field(ge=0, le=2**53)]
+Number = BeforeValidator(_a_json_number)
+Amount = Annotated[float, Number, Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False), AfterValidator(_finite_non_negative)]
+Count = Annotated[int, Number, Field(ge=0, le=2**53)]
 
 
 class _Strict(BaseModel):
@@ -68,21 +72,23 @@ class CampaignRegistration(_Strict):
     """``PUT /v1/campaigns/{campaign_id}``: start (or idempotently re-confirm) an episode."""
 
     episode: EpisodeId
-    roi_target: float = Field(
+    roi_target: Annotated[float, Number] = Field(
         ge=ROI_TARGET_RANGE[0],
         le=ROI_TARGET_RANGE[1],
         allow_inf_nan=False,
         description="L: the episode must end with delivery/cost >= L (1e-6 to 1e6)",
     )
-    budget: float | None = Field(
+    budget: Annotated[float | None, Number] = Field(
         default=None,
         gt=0,
         le=MAX_AMOUNT,
         allow_inf_nan=False,
         description="B: the day's spend cap (at most 1e15); null for none (the SC setting)",
     )
-    slots: int = Field(default=SLOTS_PER_DAY, description=f"Slots per episode; models are trained for {SLOTS_PER_DAY}")
-    reference: float | None = Field(
+    slots: Annotated[int, Number] = Field(
+        default=SLOTS_PER_DAY, description=f"Slots per episode; models are trained for {SLOTS_PER_DAY}"
+    )
+    reference: Annotated[float | None, Number] = Field(
         default=None,
         gt=0,
         allow_inf_nan=False,
@@ -122,7 +128,7 @@ class SlotUpdate(SlotStats):
 
     campaign_id: CampaignId
     episode: EpisodeId
-    slot: int = Field(ge=0, lt=SLOTS_PER_DAY, description="The slot that ended, 0..47")
+    slot: Annotated[int, Number] = Field(ge=0, lt=SLOTS_PER_DAY, description="The slot that ended, 0..47")
 
 
 class SlotUpdateBatch(_Strict):

@@ -9,10 +9,10 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from model.artifact import ArtifactError
-from service.deps import Authorized, MetricsDep, RunnerDep
+from service.deps import Authorized, JsonBody, MetricsDep, RunnerDep
 from service.errors import ERROR_RESPONSES, ApiError
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERROR_RESPONSES, dependencies=[Authorized])
+router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERROR_RESPONSES, dependencies=[Authorized, JsonBody])
 
 
 class ReloadRequest(BaseModel):

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from service.deps import Authorized, EpisodesDep
+from service.deps import Authorized, EpisodesDep, JsonBody
 from service.errors import ERROR_RESPONSES
 from service.schemas import CAMPAIGN_ID, CampaignRegistration, CampaignView
 from service.views import campaign_view
@@ -19,7 +19,7 @@ CampaignPath = Annotated[str, Path(pattern=CAMPAIGN_ID.pattern, description="1-1
 @router.put(
     "/{campaign_id}",
     response_model=CampaignView,
-    dependencies=[Authorized],
+    dependencies=[Authorized, JsonBody],
     responses={201: {"model": CampaignView, "description": "A new episode started (the state was reset)"}},
 )
 async def register_campaign(

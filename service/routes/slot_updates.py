@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import ValidationError
 
-from service.deps import Authorized, EpisodesDep, SettingsDep
+from service.deps import Authorized, EpisodesDep, JsonBody, SettingsDep
 from service.errors import ERROR_RESPONSES, ApiError, validation_problems
 from service.schemas import (
     BatchItem,
@@ -17,7 +17,7 @@ from service.schemas import (
     SlotUpdateBatchItems,
 )
 
-router = APIRouter(prefix="/v1", tags=["slot updates"], responses=ERROR_RESPONSES, dependencies=[Authorized])
+router = APIRouter(prefix="/v1", tags=["slot updates"], responses=ERROR_RESPONSES, dependencies=[Authorized, JsonBody])
 
 
 @router.post("/slot-update", response_model=SlotAnswer)

@@ -58,6 +58,9 @@ def test_read_reports_where_the_campaign_stands(client):
         ({"episode": "", "roi_target": 1}, 422),
         ({"roi_target": 1}, 422),
         ({"episode": "e", "roi_target": "high"}, 422),
+        ({"episode": "e", "roi_target": True, "budget": True}, 422),  # lax mode registered L = 1, B = 1
+        ({"episode": "e", "roi_target": "1.5"}, 422),
+        ({"episode": "e", "roi_target": 1, "budget": "100"}, 422),
         ({"episode": "e", "roi_target": 1, "surprise": True}, 422),
         ({"episode": "e", "roi_target": 1, "model": "other-model"}, 409),
     ],

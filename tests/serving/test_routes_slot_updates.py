@@ -85,6 +85,12 @@ def test_an_unknown_campaign_is_404(client):
         {"delivery": "lots"},
         {"wins": 1.5},
         {"wins": True},
+        {"delivery": True},  # lax mode read true as 1.0 ...
+        {"cost": False},
+        {"slot": True},
+        {"delivery": "1e3"},  # ... and a numeric string as its number
+        {"auctions": "100"},
+        {"slot": "0"},
         {"slot": 48},
         {"slot": -1},
         {"campaign_id": "bad id"},
@@ -100,6 +106,24 @@ def test_bad_stats_are_422_and_leave_the_state_alone(client, change):
     assert r.status_code == 422, r.text
     assert r.json()["error"] == "invalid_request"
     assert client.get("/v1/campaigns/c1").json()["slot"] == 0
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None, "application/xml"])
+def test_a_body_that_is_not_declared_json_is_415(client, content_type):
+    """curl -d sends form encoding: it was a 422 saying the body should be a dictionary."""
+    import json
+
+    register(client)
+    headers = {} if content_type is None else {"content-type": content_type}
+    body = json.dumps(update()).encode()
+    for path in ("/v1/slot-update", "/v1/slot-update/batch", "/v1/campaigns/c2", "/v1/admin/reload-model"):
+        send = client.put if path.startswith("/v1/campaigns") else client.post
+        r = send(path, content=body, headers=headers)
+        assert r.status_code == 415 and r.json()["error"] == "unsupported_media_type", (path, r.text)
+    assert client.get("/v1/campaigns/c1").json()["slot"] == 0
+    ok = {"content-type": "application/json; charset=utf-8"}
+    assert client.post("/v1/slot-update", content=body, headers=ok).status_code == 200
+    assert client.post("/v1/admin/reload-model").status_code == 200  # no body: the configured model
 
 
 @pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
