@@ -563,7 +563,34 @@ def _load(directory: Path, intra_op_threads: int) -> Artifact:
     _check_io(sessions[POLICY_FILE], card.policy_spec(), directory / POLICY_FILE)
     if card.bayesian:
         _check_io(sessions[ENCODER_FILE], card.encoder_spec(), directory / ENCODER_FILE)
-    return Artifact(directory, card, sessions[POLICY_FILE], sessions.get(ENCODER_FILE), card_sha256=card_sha256)
+    artifact = Artifact(directory, card, sessions[POLICY_FILE], sessions.get(ENCODER_FILE), card_sha256=card_sha256)
+    _smoke_test(artifact)
+    return artifact
+
+
+def _smoke_test(artifact: Artifact) -> None:
+    """Run the graphs on the shapes the contract allows (batches of 1 and 2; trajectories of 1 and 48 steps, one
+    row empty): a graph whose declared inputs match but whose body fails on some of them (a positional table cut
+    short) is refused now, not found by every later decision falling back. A few milliseconds."""
+    card = artifact.card
+    try:
+        for n in (1, 2):
+            z = np.zeros((n, artifact.latent_dim), np.float32) if artifact.bayesian else None
+            ratio = artifact.act(np.zeros((n, card.obs_dim), np.float32), z)
+            if ratio.shape != (n,) or not np.all(np.isfinite(ratio)):
+                raise ValueError(f"the policy answered {ratio!r} for {n} zero observation(s)")
+            if not artifact.bayesian:
+                continue
+            assert card.transition_dim is not None
+            for length in (1, MAX_STEPS):
+                mask = np.ones((n, length), dtype=bool)
+                mask[0, :] = False  # an episode before its first report
+                mean, std = artifact.posterior(np.zeros((n, length, card.transition_dim), np.float32), mask)
+                if mean.shape != (n, artifact.latent_dim) or not (np.all(np.isfinite(mean)) and np.all(std > 0)):
+                    raise ValueError(f"the encoder answered a non-finite or non-positive posterior at length {length}")
+    except Exception as exc:  # onnxruntime's own error types, or the checks above
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ArtifactError(f"{artifact.directory}: the model fails on inputs the contract allows ({first})") from None
 
 
 def _planner(path: Path, data: bytes, card: ModelCard) -> TunedPlanner:

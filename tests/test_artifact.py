@@ -189,6 +189,21 @@ def _features(edit: Callable[[list[dict[str, Any]]], None]) -> Callable[[dict[st
     return apply
 
 
+def _short_positions(path: Path) -> bytes:
+    """The encoder with its positional table cut to 10 steps: it loads, and fails on trajectories past 10."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(path)
+    cut = 0
+    for init in graph.graph.initializer:
+        if "position" in init.name:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init)[:10], init.name))
+            cut += 1
+    assert cut, "no positional table in the fixture's encoder"
+    return graph.SerializeToString()
+
+
 BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
     "no card": (lambda d, e: (d / CARD_FILE).unlink(), "model.json is missing"),
     "no encoder": (lambda d, e: (d / ENCODER_FILE).unlink(), "encoder.onnx is missing"),
@@ -276,6 +291,10 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
     "graph without z": (
         lambda d, e: replace_file(d, POLICY_FILE, (e.hard_model / POLICY_FILE).read_bytes()),
         "policy.onnx: inputs are \\[obs tensor\\(float\\) \\['batch', 8\\]\\]; the contract is",
+    ),
+    "encoder failing on long trajectories": (  # declared I/O right, body wrong: every decision fell back
+        lambda d, e: replace_file(d, ENCODER_FILE, _short_positions(d / ENCODER_FILE)),
+        "the model fails on inputs the contract allows",
     ),
     "latent size": (
         lambda d, e: rewrite_card(d, lambda r: r.update(latent_dim=4)),

@@ -179,6 +179,33 @@ def test_a_diverging_graph_fails_the_parity_check(exported: Exported):
         check_parity(load_artifact(exported.cbrl_model), bidder.policy, bidder.encoder)
 
 
+@pytest.mark.parametrize("residual", [False, True])
+def test_the_parity_check_plays_the_first_slot_where_relative_policies_bid_their_start(residual: bool):
+    """Uniform draws never put prev_ratio (or controller_ratio) at 0, the first slot of every episode, so a graph
+    bidding another start ratio there passed the check (helper's repro: 0.97 against 3.88, parity 0.0)."""
+    from model.features import obs_dim
+    from training.agents.networks import TanhGaussianPolicy
+
+    torch.manual_seed(0)
+    actor = TanhGaussianPolicy(obs_dim(residual), 32, step=0.3, start_ratio=1.0, residual=residual)
+    served = TanhGaussianPolicy(obs_dim(residual), 32, step=0.3, start_ratio=4.0, residual=residual)
+    served.load_state_dict(actor.state_dict())
+
+    class Graph:  # stands in for the ONNX graph: what check_parity calls
+        latent_dim = 0
+
+        def __init__(self, policy: TanhGaussianPolicy):
+            self.policy, self.residual = policy, residual
+
+        def act(self, obs: np.ndarray, z: np.ndarray | None = None) -> np.ndarray:
+            with torch.no_grad():
+                return self.policy.act(torch.as_tensor(obs)).numpy()
+
+    assert check_parity(Graph(actor), actor, None)["ratio"] == 0.0  # type: ignore[arg-type]
+    with pytest.raises(ExportError, match="ratio off by"):
+        check_parity(Graph(served), actor, None)  # type: ignore[arg-type]
+
+
 def test_a_failed_export_leaves_the_previous_artifact_or_none(
     exported: Exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -279,7 +306,29 @@ def test_a_run_whose_market_is_not_here_exports_without_a_reference(exported: Ex
     from model.controller import GAIN_FIELDS
     from training.export import _train_days_reference
 
-    assert _train_days_reference({"market": str(tmp_path / "gone"), "setting": "sc"}) == (None, None)
-    profile, controller = _train_days_reference({"market": str(exported.market), "setting": "sc"})
+    from training.market.dataset import Market
+
+    trained_on = Market.open(exported.market).split_fingerprint("train")
+    body = {"market": str(exported.market), "setting": "sc", "data_fingerprint": trained_on}
+    assert _train_days_reference({**body, "market": str(tmp_path / "gone")}) == (None, None)
+    # a market regenerated at the run's path: its PID is another market's, so none rather than a wrong one
+    assert _train_days_reference({**body, "data_fingerprint": "0" * 64}) == (None, None)
+    profile, controller = _train_days_reference(body)
     assert profile is not None and len(profile) == 48 and abs(sum(profile) - 1) < 1e-6
     assert controller is not None and set(controller) == set(GAIN_FIELDS)
+
+
+def test_rcb_export_warns_when_the_card_gets_no_reference_controller(exported: Exported, tmp_path: Path):
+    """The card then holds default gains for the shield and the fallback: said on the CLI, not only in the card."""
+    run = tmp_path / "run"
+    shutil.copytree(exported.hard_run, run)
+    body = json.loads((run / "run.json").read_text())
+    body["market"] = str(tmp_path / "elsewhere")
+    (run / "run.json").write_text(json.dumps(body))
+    result = runner.invoke(app, ["export", "--run", str(run), "--out", str(tmp_path / "model"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "warning: no reference controller on the card" in result.stderr
+    assert json.loads(result.stdout)["reference_controller"] is False
+    result = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", str(tmp_path / "m2"), "--json"])
+    assert result.exit_code == 0 and "warning" not in result.stderr
+    assert json.loads(result.stdout)["reference_controller"] is True

@@ -76,7 +76,14 @@ from training.agents.sac import reference_of
 from training.bidders.onnx import OnnxBidder
 from training.encoder_graph import encoder_graph
 from training.files import atomic_write_text
-from training.train import RUN_FILE, best_bidder, load_best, load_ensemble_bidder, reference_controller
+from training.train import (
+    RUN_FILE,
+    best_bidder,
+    load_best,
+    load_ensemble_bidder,
+    pooled_fingerprint,
+    reference_controller,
+)
 
 if TYPE_CHECKING:
     from training.market.dataset import Market
@@ -178,13 +185,27 @@ def random_observations(rng: np.random.Generator, shape: tuple[int, ...], residu
     return (low + (high - low) * rng.random((*shape, len(features)))).astype(np.float32)
 
 
+def edge_observations(rng: np.random.Generator, residual: bool = False) -> np.ndarray:
+    """Random rows with one feature each at the low and then the high end of its clip range, and one row with all
+    at their lows: the branches uniform draws miss (``prev_ratio`` 0 is the first slot of every episode, where a
+    relative policy bids its ``start_ratio``; a ``controller_ratio`` of 0 likewise), float32."""
+    features = feature_set(residual)
+    low = np.array([f.low for f in features], dtype=np.float32)
+    high = np.array([f.high for f in features], dtype=np.float32)
+    rows = random_observations(rng, (2 * len(features) + 1,), residual)
+    for j in range(len(features)):
+        rows[2 * j, j], rows[2 * j + 1, j] = low[j], high[j]
+    rows[-1] = low
+    return rows
+
+
 def check_parity(
     artifact: Artifact, actor: TanhGaussianPolicy, encoder: PosteriorEncoder | None, seed: int = 0
 ) -> dict[str, float]:
     """Largest |torch - onnxruntime| over random batches; raises :class:`ExportError` past the tolerances.
 
-    Batches of 1, 7 and 300 rows; trajectories of lengths 1 to 48 whose rows hold 0 (empty), 1, L-1
-    and L valid steps among random ones.
+    Batches of 1, 7 and 300 rows (the 300 start with :func:`edge_observations`); trajectories of lengths 1 to 48
+    whose rows hold 0 (empty), 1, L-1 and L valid steps among random ones.
     """
     rng = np.random.default_rng(seed)
     latent = artifact.latent_dim
@@ -192,6 +213,9 @@ def check_parity(
     with torch.no_grad():
         for n in PARITY_BATCHES:
             obs = random_observations(rng, (n,), artifact.residual)
+            edges = edge_observations(rng, artifact.residual)
+            if n >= len(edges):
+                obs[: len(edges)] = edges
             z = rng.standard_normal((n, latent)).astype(np.float32) if latent else None
             torch_input = torch.as_tensor(obs if z is None else np.concatenate([obs, z], axis=1))
             expected = actor.act(torch_input).numpy()
@@ -470,14 +494,18 @@ def record_figures(model_dir: Path, measured: dict[str, Any]) -> ModelCard:
 def _train_days_reference(body: dict[str, Any]) -> tuple[tuple[float, ...] | None, dict[str, float] | None]:
     """The shield's and the fallback controller's reference for a non-residual run: the one a residual run trains
     around (:func:`training.train.reference_controller`, its market's train days). ``(None, None)`` when it cannot
-    be had here (the run's market is not on this machine, or has no train days)."""
+    be had here (the run's market is not on this machine, has no train days, or its train days are not the ones the
+    run trained on: a market regenerated at the same path would give another market's PID)."""
     from training.market.dataset import Market, MarketError
 
     try:
-        market = Market.open(Path(str(body.get("market", ""))))
-        if not market.split("train"):
+        paths = [Path(str(p)) for p in body.get("pooled_markets") or [body.get("market", "")]]
+        markets = [Market.open(path) for path in paths]
+        if not markets[0].split("train"):
             return None, None
-        reference = reference_controller(market, Setting(body["setting"]))
+        if pooled_fingerprint([m.split_fingerprint("train") for m in markets]) != body.get("data_fingerprint"):
+            return None, None
+        reference = reference_controller(markets[0], Setting(body["setting"]))
     except (MarketError, OSError, ValueError, KeyError):
         return None, None
     profile = tuple(float(x) for x in reference.pop("traffic_profile"))

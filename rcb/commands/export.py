@@ -98,7 +98,15 @@ def export_command(
         "parity": card.parity,
         "best_validation_score": card.evaluation.best_validation_score,
         "members": card.training.members,
+        "reference_controller": card.training.controller is not None,
     }
+    if card.training.controller is None and not card.residual:
+        typer.echo(
+            f"warning: no reference controller on the card: the run's market ({card.training.market or 'unknown'}) "
+            "is not here, or its train days are not the ones the run trained on; the shield and the fallback will "
+            "use default gains (export where the training market is, as it was)",
+            err=True,
+        )
     if as_json:
         print_json(summary)
     else:
