@@ -305,7 +305,6 @@ def test_a_run_whose_market_is_not_here_exports_without_a_reference(exported: Ex
     """A non-residual run's card takes its controller from the run's market; elsewhere it gets neither half."""
     from model.controller import GAIN_FIELDS
     from training.export import _train_days_reference
-
     from training.market.dataset import Market
 
     trained_on = Market.open(exported.market).split_fingerprint("train")
