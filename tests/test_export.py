@@ -331,3 +331,14 @@ def test_rcb_export_warns_when_the_card_gets_no_reference_controller(exported: E
     result = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", str(tmp_path / "m2"), "--json"])
     assert result.exit_code == 0 and "warning" not in result.stderr
     assert json.loads(result.stdout)["reference_controller"] is True
+
+
+def test_exporting_into_the_current_directory_is_a_clear_error(
+    exported: Exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """--out . raised "PosixPath('.') has an empty name" after loading the run; the swap would move the directory the
+    shell stands in."""
+    monkeypatch.chdir(tmp_path)
+    for out in (".", str(tmp_path.parent)):
+        result = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", out])
+        assert result.exit_code != 0 and "is the current directory or holds it" in result.output, result.output

@@ -272,6 +272,9 @@ def _built_beside(out: Path) -> Iterator[Path]:
 
 
 def check_destination(out: Path, force: bool) -> None:
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:  # the swap would move the shell's directory away
+        raise ExportError(f"--out {out} is the current directory or holds it; name a model directory, e.g. ./model")
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
@@ -609,7 +612,7 @@ def export_planner(
             played = play(bidder, shown.indexes(), shown.episode_days(1), shown.registration(1), 0)
             ratios.append(played.history.ratios)
         worst = float(np.max(np.abs(ratios[0] - ratios[1])))
-        if worst > 0:
+        if not worst == 0:  # NaN included
             raise ExportError(f"the exported planner does not reproduce the tuned one: ratios off by {worst:.2e}")
         card = card.model_copy(update={"parity": {"ratio": worst}})
         atomic_write_text(building / CARD_FILE, card.to_json())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from anyio import to_thread
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from model.artifact import ArtifactError
 from service.deps import Authorized, JsonBody, MetricsDep, RunnerDep
@@ -16,6 +16,8 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERROR_RESPONSES
 
 
 class ReloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a typo ("model_dirr") must not reload the current model with 200
+
     model_dir: str | None = Field(default=None, description="Another model directory; default: the one served")
 
 

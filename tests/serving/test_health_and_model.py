@@ -267,3 +267,11 @@ def test_a_batch_counts_out_of_depth_slots_on_the_campaigns_they_belong_to(model
         assert metric(text, 'rcb_out_of_range_slots_total{campaign="wild"}') == 1
         assert metric(text, 'rcb_out_of_range_slots_total{campaign="wild2"}') == 1
         assert metric(text, 'rcb_out_of_range_slots_total{campaign="calm"}') == 0
+
+
+def test_a_reload_body_with_an_unknown_field_is_refused_not_read_as_the_default(models):
+    """{"model_dirr": ...} reloaded the current model and answered 200."""
+    with serving(models.cbrl_model) as c:
+        r = c.post("/v1/admin/reload-model", json={"model_dirr": str(models.hard_model)})
+        assert r.status_code == 422 and r.json()["error"] == "invalid_request"
+        assert c.get("/readyz").json()["algorithm"] == "cbrl"
