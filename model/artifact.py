@@ -413,7 +413,10 @@ def _card_bytes(directory: Path) -> bytes:
         raise ArtifactError(f"{directory}: no such model directory")
     if not path.is_file():
         raise ArtifactError(f"{directory}: incomplete model artifact, {CARD_FILE} is missing")
-    return path.read_bytes()
+    try:
+        return path.read_bytes()
+    except OSError as exc:  # unreadable, or gone since is_file() (an export swapping the directory)
+        raise ArtifactError(f"{path}: cannot read it ({type(exc).__name__}: {exc})") from None
 
 
 def _parse_card(path: Path, data: bytes) -> ModelCard:
@@ -626,7 +629,8 @@ class Artifact:
         policy: Any,
         encoder: Any | None,
         planner: TunedPlanner | None = None,
-        card_sha256: str = "",
+        *,
+        card_sha256: str,
     ):
         self.directory = directory
         self.card = card

@@ -122,6 +122,7 @@ class Episodes:
         with self.cache.reading([campaign]) as read_from:  # a bid's read or a write may land while this one is out
             stored = await self.store.get(campaign)
             if stored is None:
+                self.cache.settle(campaign, read_from, None)
                 raise unknown_campaign(campaign)
             state = decode(campaign, stored)
             self.cache.settle(campaign, read_from, state)

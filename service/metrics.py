@@ -31,7 +31,7 @@ class Metrics:
         self.slot_updates = Counter(
             "rcb_slot_updates_total",
             "Slot updates by result (applied, replayed, conflict, skipped, unknown, wrong_episode, contended, "
-            "unreadable, unavailable, invalid)",
+            "unreadable, duplicate, invalid, unavailable)",
             ["result"],
             registry=r,
         )

@@ -138,8 +138,11 @@ class RatioCache:
             return None
         else:
             entry = self.put(campaign, state)
-        if self._notified.get(campaign, -1) > read_from:
-            self.invalidate(campaign)
+        if self._notified.get(campaign, -1) > read_from and entry is not None:
+            # stale now, read again at the next bid; not recorded as a notification, which would make every
+            # overlapping read of a busy campaign re-read in turn (only the store's notifications are recorded)
+            self._seq += 1
+            self._entries[campaign] = CachedRatio(entry.episode, entry.slot, entry.ratio, float("-inf"), seq=self._seq)
         return entry
 
     def forget(self, campaign: str) -> None:

@@ -382,6 +382,17 @@ def test_a_model_file_that_cannot_be_read_is_an_artifact_error(exported: Exporte
         load_artifact(directory)
 
 
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs /proc/self/mem, a file whose read fails")
+def test_a_card_that_cannot_be_read_is_an_artifact_error_for_read_card_too(exported: Exported, tmp_path: Path):
+    """rcb serve reads the card alone to warn and start in fallback mode: an OSError there was a traceback."""
+    directory = tmp_path / "model"
+    shutil.copytree(exported.cbrl_model, directory)
+    (directory / CARD_FILE).unlink()
+    (directory / CARD_FILE).symlink_to("/proc/self/mem")
+    with pytest.raises(ArtifactError, match="cannot read it"):
+        read_card(directory)
+
+
 def test_a_missing_directory_is_refused(tmp_path: Path):
     with pytest.raises(ArtifactError, match="no such model directory"):
         load_artifact(tmp_path / "absent")

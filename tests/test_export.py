@@ -183,8 +183,8 @@ def test_a_diverging_graph_fails_the_parity_check(exported: Exported):
 def test_the_parity_check_plays_the_first_slot_where_relative_policies_bid_their_start(residual: bool):
     """Uniform draws never put prev_ratio (or controller_ratio) at 0, the first slot of every episode, so a graph
     bidding another start ratio there passed the check (helper's repro: 0.97 against 3.88, parity 0.0)."""
-    from model.features import obs_dim
-    from training.agents.networks import TanhGaussianPolicy
+    from model.features import CONTROLLER_INDEX, obs_dim
+    from training.agents.networks import PREV_RATIO, TanhGaussianPolicy
 
     torch.manual_seed(0)
     actor = TanhGaussianPolicy(obs_dim(residual), 32, step=0.3, start_ratio=1.0, residual=residual)
@@ -204,6 +204,15 @@ def test_the_parity_check_plays_the_first_slot_where_relative_policies_bid_their
     assert check_parity(Graph(actor), actor, None)["ratio"] == 0.0  # type: ignore[arg-type]
     with pytest.raises(ExportError, match="ratio off by"):
         check_parity(Graph(served), actor, None)  # type: ignore[arg-type]
+
+    class NaNAtTheStart(Graph):  # right everywhere but the first slot, where it answers NaN
+        def act(self, obs: np.ndarray, z: np.ndarray | None = None) -> np.ndarray:
+            ratio = super().act(obs, z)
+            base = obs[:, CONTROLLER_INDEX] if residual else obs[:, PREV_RATIO]
+            return np.where(base == 0, np.float32("nan"), ratio)
+
+    with pytest.raises(ExportError, match="ratio off by nan"):  # max() kept the earlier figure against a NaN
+        check_parity(NaNAtTheStart(actor), actor, None)  # type: ignore[arg-type]
 
 
 def test_a_failed_export_leaves_the_previous_artifact_or_none(

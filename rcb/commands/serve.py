@@ -100,9 +100,11 @@ def serve_command(
         "RCB_LOG_LEVEL": settings.log_level,
         "RCB_SHIELD": "1" if settings.shield else "0",
     }
-    if settings.api_token is not None:
-        env["RCB_API_TOKEN"] = settings.api_token.get_secret_value()
     os.environ.update(env)
+    if settings.api_token is not None:
+        os.environ["RCB_API_TOKEN"] = settings.api_token.get_secret_value()
+    else:  # --token "" or an empty RCB_API_TOKEN: the workers must not enforce what the parent dropped
+        os.environ.pop("RCB_API_TOKEN", None)
     os.environ.pop("RCB_REDIS_URL", None)
     import uvicorn
 

@@ -163,3 +163,28 @@ async def test_a_read_that_comes_back_after_a_later_one_does_not_replace_it() ->
     assert (await page).slot == 1  # the page shows what it read ...
     entry = cache.peek("c1")
     assert entry is not None and (entry.slot, entry.ratio) == (2, 2.5)  # ... and the cache keeps the later slot
+
+
+async def test_a_notification_during_overlapping_reads_costs_one_reread_not_one_per_bid() -> None:
+    """A read that settles after a notification marked its entry stale by recording a notification of its own, so
+    every overlapping read of a busy campaign re-read in turn (300 store reads for 300 bids in the reviewer's run)."""
+    store, cache = HeldStore(), RatioCache(ttl_s=60.0, metrics=Metrics())
+    await store.register("c1", DAY, state_at(1, 1.5).to_bytes())
+    first = asyncio.create_task(cache.get_many(["c1"], store))  # out before the write
+    await store.reading.wait()
+    assert await store.compare_and_set("c1", DAY, 0, state_at(2, 2.5).to_bytes()) is None
+    cache.invalidate("c1", DAY, 2)  # its notification, while the first read is out
+    second = asyncio.create_task(cache.get_many(["c1"], store))  # out after the write: sees slot 2
+    while len(store.held) < 2:
+        await asyncio.sleep(0)
+    store.held[0].set()
+    entries, _ = await first
+    assert entries[0] is not None and entries[0].slot == 1
+    store.held[1].set()
+    entries, _ = await second
+    assert entries[0] is not None and entries[0].slot == 2
+    entry = cache.peek("c1")
+    assert entry is not None and entry.slot == 2 and entry.fetched > float("-inf")  # fresh: no further reads
+    reads = len(store.held)
+    entries, _ = await cache.get_many(["c1"], store)
+    assert entries[0] is not None and entries[0].slot == 2 and len(store.held) == reads
