@@ -37,7 +37,8 @@ def serve_command(
         str | None,
         typer.Option(
             "--store",
-            help="memory, redis://HOST:PORT/DB or redis+cluster://H1:P1,H2:P2. Default: $RCB_STORE (or $RCB_REDIS_URL), else memory.",
+            help="memory, redis://HOST:PORT/DB or redis+cluster://H1:P1,H2:P2. Default: $RCB_STORE (or "
+            "$RCB_REDIS_URL), else memory.",
         ),
     ] = None,
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
