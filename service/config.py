@@ -73,6 +73,14 @@ class Settings(BaseSettings):
             return value
         raise ValueError(f"store must be 'memory', redis://... or redis+cluster://...; got {value!r}")
 
+    @field_validator("key_prefix")
+    @classmethod
+    def _key_prefix(cls, value: str) -> str:
+        # the store refuses these when it opens (a traceback in the lifespan); said here, with the other settings
+        if not value or any(ch in value for ch in "{}"):
+            raise ValueError(f"key_prefix must be non-empty and free of '{{' and '}}' (hash tags), got {value!r}")
+        return value
+
     @field_validator("api_token", mode="before")
     @classmethod
     def _empty_token_is_unset(cls, value: object) -> object:

@@ -74,3 +74,10 @@ def test_rcb_serve_keeps_the_environments_log_level_unless_told(monkeypatch: pyt
     assert runs[-1]["log_level"] == "warning" and os.environ["RCB_LOG_LEVEL"] == "WARNING"
     result = CliRunner().invoke(app, ["serve", "--log-level", "verbose"])
     assert result.exit_code != 0 and "log_level must be" in result.output
+
+
+@pytest.mark.parametrize("prefix", ["", "a{b", "rcb}"])
+def test_a_key_prefix_the_store_would_refuse_is_a_bad_setting(prefix: str) -> None:
+    """It passed the settings and failed in the lifespan with a traceback."""
+    with pytest.raises(ValidationError, match="key_prefix must be non-empty"):
+        Settings(key_prefix=prefix)
