@@ -10,6 +10,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.store.base import check_prefix
+
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 
 
@@ -77,9 +79,7 @@ class Settings(BaseSettings):
     @classmethod
     def _key_prefix(cls, value: str) -> str:
         # the store refuses these when it opens (a traceback in the lifespan); said here, with the other settings
-        if not value or any(ch in value for ch in "{}"):
-            raise ValueError(f"key_prefix must be non-empty and free of '{{' and '}}' (hash tags), got {value!r}")
-        return value
+        return check_prefix(value, "key_prefix")
 
     @field_validator("api_token", mode="before")
     @classmethod

@@ -42,10 +42,10 @@ REFUSAL_RESULTS = {
     "contended": "contended",
     "unreadable_state": "unreadable",
     "duplicate_campaign": "duplicate",
-    "invalid_request": "invalid",
 }
 """``rcb_slot_updates_total``'s result for a refusal not counted where it is classified (conflicts, skips and wrong
-episodes are counted by :meth:`Episodes._classified`, store outages by :meth:`service.metrics.Metrics.store_failed`)."""
+episodes are counted by :meth:`Episodes._classified`, store outages by :meth:`service.metrics.Metrics.store_failed`,
+updates that do not validate as ``invalid`` by the routes' validation paths)."""
 
 
 def decode(campaign: str, stored: Stored) -> CampaignState:
@@ -121,11 +121,10 @@ class Episodes:
     async def read(self, campaign: str) -> CampaignState:
         with self.cache.reading([campaign]) as read_from:  # a bid's read or a write may land while this one is out
             stored = await self.store.get(campaign)
-            if stored is None:
-                self.cache.settle(campaign, read_from, None)
-                raise unknown_campaign(campaign)
-            state = decode(campaign, stored)
+            state = None if stored is None else decode(campaign, stored)
             self.cache.settle(campaign, read_from, state)
+        if state is None:
+            raise unknown_campaign(campaign)
         return state
 
     async def register(self, campaign: str, body: CampaignRegistration) -> tuple[CampaignState, bool]:
@@ -173,8 +172,7 @@ class Episodes:
     async def apply(self, update: SlotUpdate) -> SlotAnswer:
         stored = await self.store.get(update.campaign_id)
         if stored is None:
-            self.metrics.slot_updates.labels(result="unknown").inc()
-            raise unknown_campaign(update.campaign_id)
+            raise self._refused(unknown_campaign(update.campaign_id))
         state, read = self._decoded(update.campaign_id, stored), stored.blob
         for _ in range(3):
             outcome = self._classified(state, update)
@@ -188,8 +186,7 @@ class Episodes:
                     update.campaign_id, update.episode, update.slot, new.to_bytes(), expected=read
                 )
             except UnknownCampaign:
-                self.metrics.slot_updates.labels(result="unknown").inc()
-                raise unknown_campaign(update.campaign_id) from None
+                raise self._refused(unknown_campaign(update.campaign_id)) from None
             if current is None:
                 self._applied(new)
                 self._count(decided, [(0, update.campaign_id)])

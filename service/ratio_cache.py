@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from model.state import CampaignState, StateError
 from service.metrics import Metrics
@@ -94,11 +94,22 @@ class RatioCache:
         entry = self._entries.get(campaign)
         if entry is not None and entry.episode == episode and entry.slot == slot:
             return
-        self._seq += 1
+        if entry is not None:
+            self._mark_stale(campaign, entry)
+        else:
+            self._seq += 1
         if campaign in self._reading:  # a read out now may predate this write, whether or not there is an entry
             self._notified[campaign] = self._seq
-        if entry is not None:
-            self._entries[campaign] = CachedRatio(entry.episode, entry.slot, entry.ratio, float("-inf"), seq=self._seq)
+
+    def _mark_stale(self, campaign: str, entry: CachedRatio) -> None:
+        """``entry`` kept as a fallback, to be read again at the next bid (a change, counted)."""
+        self._seq += 1
+        self._entries[campaign] = replace(entry, fetched=float("-inf"), stale=False, seq=self._seq)
+
+    @staticmethod
+    def _put_since(entry: CachedRatio, read_from: int) -> bool:
+        """``entry`` was put (not marked stale) after change count ``read_from``: newer than a read started then."""
+        return entry.seq > read_from and entry.fetched > float("-inf")
 
     @contextmanager
     def reading(self, campaigns: Sequence[str]) -> Iterator[int]:
@@ -126,7 +137,7 @@ class RatioCache:
         may be of a write the read did not see: the answer stands, and the next bid reads again.
         """
         current = self._entries.get(campaign)
-        put_meanwhile = current is not None and current.seq > read_from and current.fetched > float("-inf")
+        put_meanwhile = current is not None and self._put_since(current, read_from)
         later = (
             state is not None and current is not None and state.episode == current.episode and state.slot > current.slot
         )
@@ -139,10 +150,9 @@ class RatioCache:
         else:
             entry = self.put(campaign, state)
         if self._notified.get(campaign, -1) > read_from and entry is not None:
-            # stale now, read again at the next bid; not recorded as a notification, which would make every
-            # overlapping read of a busy campaign re-read in turn (only the store's notifications are recorded)
-            self._seq += 1
-            self._entries[campaign] = CachedRatio(entry.episode, entry.slot, entry.ratio, float("-inf"), seq=self._seq)
+            # not recorded as a notification, which would make every overlapping read of a busy campaign re-read in
+            # turn (only the store's notifications are recorded)
+            self._mark_stale(campaign, entry)
         return entry
 
     def forget(self, campaign: str) -> None:
@@ -231,12 +241,10 @@ class RatioCache:
                 retry_after = time.monotonic()
                 for k, name, entry in zip(missing, names, current, strict=True):
                     assert entry is not None
-                    if entry.seq > read_from and entry.fetched > float("-inf"):
+                    if self._put_since(entry, read_from):
                         out[k] = entry  # put while the read was out (this process's write): not stale
                         continue
-                    out[k] = self._entries[name] = CachedRatio(
-                        entry.episode, entry.slot, entry.ratio, retry_after, True, entry.seq
-                    )
+                    out[k] = self._entries[name] = replace(entry, fetched=retry_after, stale=True)
                     served_stale = True
                 return out, served_stale
             self.metrics.cache.labels(outcome="miss").inc(len(missing))

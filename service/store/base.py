@@ -130,6 +130,13 @@ class EpisodeStore(Protocol):
         ...
 
 
+def check_prefix(prefix: str, name: str = "prefix") -> str:
+    """A key prefix Redis Cluster can shard under: non-empty and without hash-tag braces (``name`` for messages)."""
+    if not prefix or any(ch in prefix for ch in "{}"):
+        raise ValueError(f"{name} must be non-empty and free of '{{' and '}}' (hash tags), got {prefix!r}")
+    return prefix
+
+
 def check_campaign(campaign: str) -> str:
     if not isinstance(campaign, str) or not campaign:
         raise ValueError(f"campaign id must be a non-empty str, got {campaign!r}")

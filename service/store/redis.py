@@ -37,6 +37,7 @@ from service.store.base import (
     UnknownCampaign,
     UpdateCallback,
     check_campaign,
+    check_prefix,
     check_write,
     parse_notice,
 )
@@ -114,8 +115,7 @@ class RedisStore:
         pool_timeout_s: float = 0.5,
         timeout_s: float = 0.25,
     ) -> None:
-        if not prefix or any(ch in prefix for ch in "{}"):
-            raise ValueError(f"prefix must be non-empty and free of '{{' and '}}' (hash tags), got {prefix!r}")
+        check_prefix(prefix)
         if state_ttl_s <= 0:
             raise ValueError(f"state_ttl_s must be > 0, got {state_ttl_s!r}")
         if pool_size < 1:

@@ -46,6 +46,11 @@ class HeldStore(MemoryStore):
             raise StoreUnavailable("down (test)")
         return found
 
+    async def reads_out(self, n: int) -> None:
+        """Until ``n`` reads have been held (a task started may not have reached the store yet)."""
+        while len(self.held) < n:
+            await asyncio.sleep(0)
+
     async def get(self, campaign: str) -> Stored | None:
         return (await self.get_many([campaign]))[0]
 
@@ -127,8 +132,7 @@ async def test_a_read_failing_while_this_process_wrote_keeps_the_write_fresh_and
     first = asyncio.create_task(cache.get_many(["c1"], store))  # sees slot 1, held
     await store.reading.wait()
     second = asyncio.create_task(cache.get_many(["c1"], store))  # another loop pass: its own read, held
-    while len(store.held) < 2:
-        await asyncio.sleep(0)
+    await store.reads_out(2)
     cache.put("c1", state_at(2, 2.5))  # this process's write lands
     store.fail = True
     store.held[1].set()
@@ -154,8 +158,7 @@ async def test_a_read_that_comes_back_after_a_later_one_does_not_replace_it() ->
     await store.reading.wait()
     assert await store.compare_and_set("c1", DAY, 0, state_at(2, 2.5).to_bytes()) is None
     bid = asyncio.create_task(cache.get_many(["c1"], store))  # sees slot 2, held
-    while len(store.held) < 2:
-        await asyncio.sleep(0)
+    await store.reads_out(2)
     store.held[1].set()
     entries, _ = await bid
     assert entries[0] is not None and entries[0].slot == 2
@@ -175,8 +178,7 @@ async def test_a_notification_during_overlapping_reads_costs_one_reread_not_one_
     assert await store.compare_and_set("c1", DAY, 0, state_at(2, 2.5).to_bytes()) is None
     cache.invalidate("c1", DAY, 2)  # its notification, while the first read is out
     second = asyncio.create_task(cache.get_many(["c1"], store))  # out after the write: sees slot 2
-    while len(store.held) < 2:
-        await asyncio.sleep(0)
+    await store.reads_out(2)
     store.held[0].set()
     entries, _ = await first
     assert entries[0] is not None and entries[0].slot == 1
