@@ -517,6 +517,11 @@ def _check_io(session: Any, spec: GraphSpec, path: Path) -> None:
                 )
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of an error's message (onnxruntime's run to pages), its type where it has none."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _session(path: Path, graph: bytes, threads: int) -> Any:
     """An onnxruntime session of ``graph``, the bytes read (and hashed) from ``path``."""
     import onnxruntime as ort
@@ -528,8 +533,7 @@ def _session(path: Path, graph: bytes, threads: int) -> Any:
     try:
         return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ArtifactError(f"{path}: onnxruntime cannot load it ({first})") from None
+        raise ArtifactError(f"{path}: onnxruntime cannot load it ({_first_line(exc)})") from None
 
 
 def load_artifact(directory: Path | str, intra_op_threads: int = 1) -> Artifact:
@@ -592,8 +596,9 @@ def _smoke_test(artifact: Artifact) -> None:
                 if mean.shape != (n, artifact.latent_dim) or not (np.all(np.isfinite(mean)) and np.all(std > 0)):
                     raise ValueError(f"the encoder answered a non-finite or non-positive posterior at length {length}")
     except Exception as exc:  # onnxruntime's own error types, or the checks above
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ArtifactError(f"{artifact.directory}: the model fails on inputs the contract allows ({first})") from None
+        raise ArtifactError(
+            f"{artifact.directory}: the model fails on inputs the contract allows ({_first_line(exc)})"
+        ) from None
 
 
 def _planner(path: Path, data: bytes, card: ModelCard) -> TunedPlanner:

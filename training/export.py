@@ -179,21 +179,26 @@ def _write_encoder_graph(encoder: PosteriorEncoder | EnsembleEncoder, path: Path
 
 def random_observations(rng: np.random.Generator, shape: tuple[int, ...], residual: bool = False) -> np.ndarray:
     """Uniform draws over each feature's clip range (of the residual feature set with ``residual``), float32."""
+    low, high = _clip_ranges(residual)
+    return (low + (high - low) * rng.random((*shape, len(low)))).astype(np.float32)
+
+
+def _clip_ranges(residual: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Each feature's clip range, low and high, float32 (of the residual feature set with ``residual``)."""
     features = feature_set(residual)
-    low = np.array([f.low for f in features], dtype=np.float32)
-    high = np.array([f.high for f in features], dtype=np.float32)
-    return (low + (high - low) * rng.random((*shape, len(features)))).astype(np.float32)
+    return (
+        np.array([f.low for f in features], dtype=np.float32),
+        np.array([f.high for f in features], dtype=np.float32),
+    )
 
 
 def edge_observations(rng: np.random.Generator, residual: bool = False) -> np.ndarray:
     """Random rows with one feature each at the low and then the high end of its clip range, and one row with all
     at their lows: the branches uniform draws miss (``prev_ratio`` 0 is the first slot of every episode, where a
     relative policy bids its ``start_ratio``; a ``controller_ratio`` of 0 likewise), float32."""
-    features = feature_set(residual)
-    low = np.array([f.low for f in features], dtype=np.float32)
-    high = np.array([f.high for f in features], dtype=np.float32)
-    rows = random_observations(rng, (2 * len(features) + 1,), residual)
-    for j in range(len(features)):
+    low, high = _clip_ranges(residual)
+    rows = random_observations(rng, (2 * len(low) + 1,), residual)
+    for j in range(len(low)):
         rows[2 * j, j], rows[2 * j + 1, j] = low[j], high[j]
     rows[-1] = low
     return rows
