@@ -29,7 +29,7 @@ import hashlib
 import io
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -265,6 +265,10 @@ def as_config(fields: dict[str, float]) -> ShieldConfig:
     return ShieldConfig(**{k: int(v) if k == "warmup_slots" else float(v) for k, v in fields.items()})  # type: ignore[arg-type]
 
 
+RECORD_FIELDS: Final = ("created", "source_run", "evaluation", "parity", "producer")
+"""Card fields that record how a model was made and measured; no decision reads them (`ModelCard.served_sha256`)."""
+
+
 class ModelCard(_Strict):
     """``model.json``. Validation checks its internal consistency; :func:`load_artifact` checks it against the code."""
 
@@ -367,6 +371,15 @@ class ModelCard(_Strict):
         """The band the service and ``shield:onnx:`` run around this model: the ``shield`` section, else the
         defaults."""
         return self.shield.shield_config() if self.shield is not None else ShieldConfig()
+
+    def served_sha256(self) -> str:
+        """sha256 of what decides: the graphs' (or scenarios') hashes and every field the service reads, with the
+        shield as the band it runs (:meth:`shield_config`). Left out are the records that say how the model was
+        made and measured (:data:`RECORD_FIELDS`, the shield's ``chosen_by`` and ``calibration``), which
+        ``record_figures`` and ``write_trust`` rewrite without changing a decision. The service's model version."""
+        served = self.model_dump(mode="json", exclude=set(RECORD_FIELDS) | {"shield"})
+        served["shield"] = asdict(self.shield_config())
+        return hashlib.sha256(json.dumps(served, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def policy_spec(self) -> GraphSpec:
         return policy_spec(self.obs_dim, self.latent_dim)

@@ -28,12 +28,15 @@ log = logging.getLogger("rcb.service")
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings, metrics = app.state.settings, app.state.metrics
-    runner = ModelRunner(settings.model_dir, onnx_threads=settings.onnx_threads, use_shield=settings.shield)
+    runner = ModelRunner(
+        settings.model_dir, onnx_threads=settings.onnx_threads, use_shield=settings.shield, on_load=metrics.set_model
+    )
     try:
         await to_thread.run_sync(runner.load)
     except ArtifactError as exc:
         log.error("model not loaded: the fallback controller decides", extra={"error": str(exc)})
-    metrics.set_model(runner.version, runner.loaded)
+    if not runner.loaded:
+        metrics.set_model(runner.version, loaded=False)
     store = await open_store(
         settings.store,
         prefix=settings.key_prefix,
@@ -47,7 +50,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics.store_up.set(1 if await store.ping() else 0)  # from the start, not from the first write or /readyz
     app.state.runner, app.state.store, app.state.cache = runner, store, cache
     app.state.episodes = Episodes(store, runner, cache, metrics, settings)
-    _install_sighup(runner, metrics)
+    _install_sighup(runner)
     log.info(
         "service started",
         extra={"store": settings.store_kind, "model_version": runner.version, "model_dir": str(settings.model_dir)},
@@ -60,14 +63,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("service stopped")
 
 
-def _install_sighup(runner: ModelRunner, metrics: object) -> None:
+def _install_sighup(runner: ModelRunner) -> None:
     """SIGHUP reloads the model in a thread (no-op where the loop cannot take signal handlers)."""
 
     def reload() -> None:
         async def run() -> None:
             try:
-                version = await to_thread.run_sync(runner.load)
-                metrics.set_model(version, loaded=True)  # type: ignore[attr-defined]
+                await to_thread.run_sync(runner.load)  # the runner's on_load sets the metrics
             except ArtifactError as exc:
                 log.error("model reload refused; the old model keeps serving", extra={"error": str(exc)})
             except Exception:  # a signal's task has no caller to report to: log it, keep the old model serving

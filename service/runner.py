@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -77,15 +77,27 @@ def measured_with(measured: dict[str, Any], served: ShieldConfig) -> bool:
 
 
 def model_version(artifact: Artifact) -> str:
-    """``{algorithm}-{setting}-{sha256(model.json)[:12]}``: names the exact artifact served."""
-    digest = artifact.card_sha256[:12]  # of the bytes loaded, not read again: the directory may have changed since
+    """``{algorithm}-{setting}-{digest[:12]}``: names what decides, not the card's bytes.
+
+    The digest is :meth:`model.artifact.ModelCard.served_sha256`: the graphs' hashes and every card field the
+    service reads, none of the records written after export (``evaluation.measured``, a shield calibration's
+    figures, the export's date). Recording figures on a served model leaves campaigns pinned to its version
+    bidding on it; a retrained graph, another shield band or other controller gains is another version.
+    """
+    digest = artifact.card.served_sha256()[:12]  # of the card loaded, not read again: the directory may have changed
     return f"{artifact.card.algorithm}-{artifact.card.setting}-{digest}"
 
 
 class ModelRunner:
     """Holds the served model; thread-safe swap on reload."""
 
-    def __init__(self, model_dir: Path, onnx_threads: int = 1, use_shield: bool = False):
+    def __init__(
+        self,
+        model_dir: Path,
+        onnx_threads: int = 1,
+        use_shield: bool = False,
+        on_load: Callable[[str, bool], None] | None = None,
+    ):
         self.model_dir = Path(model_dir)
         self.onnx_threads = onnx_threads
         self.use_shield = use_shield
@@ -95,6 +107,12 @@ class ModelRunner:
         """The controller behind the shield and the fallback: the card's gains and traffic profile (defaults where
         the card has none; :meth:`model.artifact.Artifact.controller_gains`)."""
         self._lock = threading.Lock()
+        """Guards the served fields' swap (held for microseconds: decisions read them under it)."""
+        self._load_lock = threading.Lock()
+        """Serializes loads (startup, admin reloads, SIGHUP): the one that starts last is the one that serves, and
+        ``on_load`` reports the loads in the order they swapped in."""
+        self.on_load = on_load
+        """Called with (version, loaded) after each model swaps in, under the load lock (the service's metrics)."""
         self.policy: Policy | None = None
         self.version: str = FALLBACK_VERSION
         self.load_error: str | None = None
@@ -109,6 +127,15 @@ class ModelRunner:
 
     def load(self, model_dir: Path | None = None) -> str:
         """Load (or reload) the model; on failure keep the current one and raise :class:`ArtifactError`."""
+        return self.reload(model_dir)[1]
+
+    def reload(self, model_dir: Path | None = None) -> tuple[str, str]:
+        """Load the model like :meth:`load`, one load at a time; returns (the version it replaced, the new one)."""
+        with self._load_lock:
+            previous = self.version
+            return previous, self._load(model_dir)
+
+    def _load(self, model_dir: Path | None) -> str:
         directory = Path(model_dir) if model_dir is not None else self.model_dir
         try:
             artifact = load_artifact(directory, intra_op_threads=self.onnx_threads)
@@ -130,6 +157,8 @@ class ModelRunner:
         # minute under load: the bid p99 (see BENCHMARKS.md, Service).
         gc.collect()
         gc.freeze()
+        if self.on_load is not None:
+            self.on_load(version, True)
         log.info("model loaded", extra={"model_version": version, "model_dir": str(directory)})
         measured = artifact.card.evaluation.measured.get("shield")
         if self.use_shield and measured is not None and not measured_with(measured, shield_config):

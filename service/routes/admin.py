@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from model.artifact import ArtifactError
-from service.deps import Authorized, JsonBody, MetricsDep, RunnerDep
+from service.deps import Authorized, JsonBody, RunnerDep
 from service.errors import ERROR_RESPONSES, ApiError
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERROR_RESPONSES, dependencies=[Authorized, JsonBody])
@@ -27,15 +27,13 @@ class ReloadAnswer(BaseModel):
 
 
 @router.post("/reload-model", response_model=ReloadAnswer)
-async def reload_model(runner: RunnerDep, metrics: MetricsDep, body: ReloadRequest | None = None) -> ReloadAnswer:
+async def reload_model(runner: RunnerDep, body: ReloadRequest | None = None) -> ReloadAnswer:
     """Load and validate the model, then swap it in; requests in flight finish on the old one. A refused model
     (missing, corrupted, other contract) answers 422 and the old model keeps serving. Campaigns move to the new
     model at their next slot (states hold raw stats only). SIGHUP does the same for the configured directory."""
-    previous = runner.version
     directory = Path(body.model_dir) if body and body.model_dir else None
-    try:
-        version = await to_thread.run_sync(runner.load, directory)
+    try:  # loads run one at a time (ModelRunner.reload): concurrent reloads answer in the order they swapped
+        previous, version = await to_thread.run_sync(runner.reload, directory)
     except ArtifactError as exc:
-        raise ApiError(422, "model_refused", f"{exc}; still serving {previous}") from None
-    metrics.set_model(version, loaded=True)
+        raise ApiError(422, "model_refused", f"{exc}; still serving {runner.version}") from None
     return ReloadAnswer(model_version=version, previous_version=previous)

@@ -10,9 +10,11 @@ from contextlib import contextmanager
 
 import pytest
 from artifact_fixtures import rewrite_card
+from prometheus_client import generate_latest
 
 from model.contract import RATIO_MAX
 from service.metrics import OTHER_CAMPAIGNS, Metrics
+from training.export import record_figures
 
 from .app_fixtures import metric, register, serving, update
 
@@ -275,3 +277,62 @@ def test_a_reload_body_with_an_unknown_field_is_refused_not_read_as_the_default(
         r = c.post("/v1/admin/reload-model", json={"model_dirr": str(models.hard_model)})
         assert r.status_code == 422 and r.json()["error"] == "invalid_request"
         assert c.get("/readyz").json()["algorithm"] == "cbrl"
+
+
+def test_figures_recorded_on_a_served_model_keep_its_version_and_the_campaigns_pinned_to_it(models, tmp_path):
+    """The version hashed the whole card: `record_figures` (or a calibration's records) after export changed it, so a
+    reload moved every campaign registered with `model:` to 409 model_mismatch though nothing that decides changed.
+    Another shield band is another version: it changes the ratios served."""
+    live = tmp_path / "live"
+    shutil.copytree(models.cbrl_model, live)
+    with serving(live, shield=True) as c:
+        version = c.get("/readyz").json()["model_version"]
+        record_figures(live, {"test": {"shielded": {"ans": 0.5, "csr": 1.0}}})
+        rewrite_card(live, lambda raw: raw.__setitem__("created", "2030-01-01T00:00:00Z"))
+        reloaded = c.post("/v1/admin/reload-model", json={})
+        assert reloaded.status_code == 200 and reloaded.json()["model_version"] == version
+        pinned = c.put("/v1/campaigns/c1", json={"episode": "e1", "roi_target": 1.0, "model": version})
+        assert pinned.status_code == 201
+        rewrite_card(live, lambda raw: raw.__setitem__("shield", {"config": {"trust": 0.1}, "chosen_by": "a person"}))
+        widened = c.post("/v1/admin/reload-model", json={}).json()["model_version"]
+        assert widened != version and widened.startswith("cbrl-sc-")
+        # The band as it runs, not as it is spelled: the default written out is the default.
+        rewrite_card(live, lambda raw: raw.__setitem__("shield", {"config": {"trust": 0.0}, "chosen_by": "x"}))
+        assert c.post("/v1/admin/reload-model", json={}).json()["model_version"] == version
+
+
+def test_reloads_run_one_at_a_time_and_the_metrics_name_the_model_that_serves(models, monkeypatch):
+    """Two reloads at once both loaded and swapped in whichever order they finished: a slow reload started first
+    could replace a later one, and the route set `rcb_model_info` from its own answer, so the metrics could name a
+    model that no longer served. Loads are serialized now; the last one in is the one serving and named."""
+    import threading
+    import time
+
+    from service import runner as runner_module
+
+    metrics = Metrics()
+    runner = runner_module.ModelRunner(models.cbrl_model, on_load=metrics.set_model)
+    runner.load()
+    real_load = runner_module.load_artifact
+    inside, overlapped = [0], []
+
+    def slow_load(directory, **kwargs):
+        inside[0] += 1
+        overlapped.append(inside[0] > 1)
+        time.sleep(0.3 if "hard" not in str(directory) else 0.0)
+        try:
+            return real_load(directory, **kwargs)
+        finally:
+            inside[0] -= 1
+
+    monkeypatch.setattr(runner_module, "load_artifact", slow_load)
+    answers: dict[str, tuple[str, str]] = {}
+    first = threading.Thread(target=lambda: answers.__setitem__("slow", runner.reload(models.cbrl_model)))
+    first.start()
+    time.sleep(0.05)  # the slow reload holds the load when the quick one arrives
+    answers["quick"] = runner.reload(models.hard_model)
+    first.join()
+    assert not any(overlapped)
+    assert runner.version.startswith("hard-") and answers["quick"][0] == answers["slow"][1]
+    text = generate_latest(metrics.registry).decode()
+    assert metric(text, f'rcb_model_info{{version="{runner.version}"}}') == 1 and metric(text, "rcb_model_info") == 1
