@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.store import check_store_url
 from service.store.base import check_prefix
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
@@ -48,6 +49,8 @@ class Settings(BaseSettings):
     """Larger request bodies are refused with 413."""
     max_utilities: int = Field(default=100_000, gt=0)
     """Most impressions one /v1/bid call may score."""
+    max_bid_campaigns: int = Field(default=10_000, gt=0)
+    """Most campaign ids one columnar /v1/bid call may carry (each is checked and looked up)."""
     max_batch_updates: int = Field(default=20_000, gt=0)
     """Most campaigns one /v1/slot-update/batch call may carry."""
     onnx_threads: int = Field(default=1, gt=0)
@@ -71,9 +74,9 @@ class Settings(BaseSettings):
     @classmethod
     def _store_url(cls, value: str) -> str:
         value = value.strip()
-        if value == "memory" or value.startswith(("redis://", "rediss://", "redis+cluster://")):
-            return value
-        raise ValueError(f"store must be 'memory', redis://... or redis+cluster://...; got {value!r}")
+        if value != "memory":
+            check_store_url(value)  # a port out of range or a cluster node without one: said now, not at open
+        return value
 
     @field_validator("key_prefix")
     @classmethod

@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import TypedDict
 from urllib.parse import urlsplit
 
-from service.store.base import CasItem, EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
+from service.store.base import (
+    CasItem,
+    EpisodeStore,
+    Stored,
+    StoreError,
+    StoreUnavailable,
+    UnknownCampaign,
+    redacted,
+)
 from service.store.cluster import RedisClusterStore, parse_cluster_url
 from service.store.memory import MemoryStore
 from service.store.redis import DEFAULT_STATE_TTL_S, RedisStore
@@ -20,6 +28,7 @@ __all__ = [
     "StoreUnavailable",
     "Stored",
     "UnknownCampaign",
+    "check_store_url",
     "open_store",
 ]
 
@@ -58,23 +67,33 @@ async def open_store(
     options = StoreOptions(
         prefix=prefix, state_ttl_s=state_ttl_s, pool_size=pool_size, pool_timeout_s=pool_timeout_s, timeout_s=timeout_s
     )
+    scheme = check_store_url(url)
+    if scheme == "redis+cluster":
+        return RedisClusterStore(url, **options)
+    return RedisStore(url, **options)
+
+
+def check_store_url(url: str) -> str:
+    """The scheme of a Redis store URL the store can open (``redis``, ``rediss`` or ``redis+cluster``); a
+    ``ValueError`` naming what is wrong otherwise. The settings call it too, so a bad URL is a bad setting at startup
+    rather than an error when the store opens."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     if scheme in ("redis", "rediss"):
         parts = urlsplit(url)
         try:
             parts.port  # noqa: B018 (raises ValueError on a malformed port)
         except ValueError as e:
-            raise ValueError(f"bad port in store URL {url!r}: {e}") from None
+            raise ValueError(f"bad port in store URL {redacted(url)!r}: {e}") from None
         if not parts.hostname:
-            raise ValueError(f"store URL {url!r} names no host (expected {scheme}://host:port/db)")
+            raise ValueError(f"store URL {redacted(url)!r} names no host (expected {scheme}://host:port/db)")
         db = parts.path.strip("/")
         if db and not db.isdigit():
-            raise ValueError(f"store URL {url!r}: the path must be a database number, got {db!r}")
-        return RedisStore(url, **options)
+            raise ValueError(f"store URL {redacted(url)!r}: the path must be a database number, got {db!r}")
+        return scheme
     if scheme == "redis+cluster":
         parse_cluster_url(url)
-        return RedisClusterStore(url, **options)
+        return scheme
     raise ValueError(
-        f"unsupported store URL {url!r}: expected 'memory' (or none), redis://host:port/db, rediss://host:port/db "
-        "or redis+cluster://host:port[,host:port...]"
+        f"unsupported store URL {redacted(url)!r}: expected 'memory' (or none), redis://host:port/db, "
+        "rediss://host:port/db or redis+cluster://host:port[,host:port...]"
     )

@@ -8,6 +8,7 @@ runs one test body on all of them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -153,3 +154,9 @@ def check_write(episode: str, blob: bytes, expected_slot: int | None = None) -> 
         isinstance(expected_slot, bool) or not isinstance(expected_slot, int) or expected_slot < 0
     ):
         raise ValueError(f"expected_slot must be an int >= 0, got {expected_slot!r}")
+
+
+def redacted(url: str) -> str:
+    """``url`` with the password of its user part masked, for error messages and logs:
+    ``redis://:secret@h:6379`` -> ``redis://:***@h:6379``."""
+    return re.sub(r"(://[^@/]*?:)[^@/]*@", r"\1***@", url)

@@ -20,7 +20,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from service.store.base import Stored, StoreError
+from service.store.base import Stored, StoreError, redacted
 from service.store.redis import _FIELDS, RedisStore, _decode
 
 SCHEME = "redis+cluster"
@@ -33,13 +33,13 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], str | None, str 
     """
     head = f"{SCHEME}://"
     if not url.startswith(head):
-        raise ValueError(f"a cluster URL starts with {head!r}: {url!r}")
+        raise ValueError(f"a cluster URL starts with {head!r}: {redacted(url)!r}")
     rest = url[len(head) :]
     if any(ch in rest for ch in "?#"):
-        raise ValueError(f"a cluster URL takes no query or fragment: {url!r}")
+        raise ValueError(f"a cluster URL takes no query or fragment: {redacted(url)!r}")
     rest = rest.rstrip("/")
     if "/" in rest:
-        raise ValueError(f"a cluster URL has no database path (a cluster has only db 0): {url!r}")
+        raise ValueError(f"a cluster URL has no database path (a cluster has only db 0): {redacted(url)!r}")
     userinfo, _, hosts = rest.rpartition("@")
     username = password = None
     if userinfo:
@@ -50,7 +50,7 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], str | None, str 
     for item in hosts.split(","):
         host, sep, port = item.strip().rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"cluster URL node {item!r} is not host:port (in {url!r})")
+            raise ValueError(f"cluster URL node {item!r} is not host:port (in {redacted(url)!r})")
         nodes.append((host.strip("[]"), int(port)))
     return nodes, username, password
 

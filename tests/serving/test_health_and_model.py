@@ -336,3 +336,9 @@ def test_reloads_run_one_at_a_time_and_the_metrics_name_the_model_that_serves(mo
     assert runner.version.startswith("hard-") and answers["quick"][0] == answers["slow"][1]
     text = generate_latest(metrics.registry).decode()
     assert metric(text, f'rcb_model_info{{version="{runner.version}"}}') == 1 and metric(text, "rcb_model_info") == 1
+
+
+def test_the_probes_answer_head(client):
+    """A load balancer's HEAD probe got 405."""
+    assert client.head("/healthz").status_code == 200
+    assert client.head("/readyz").status_code == 200 and client.head("/readyz").content == b""

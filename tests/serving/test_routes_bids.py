@@ -64,6 +64,8 @@ def test_a_campaign_out_of_budget_bids_zero(client):
         ({"campaign_id": "c1", "utilities": ["a"]}, 422, "invalid_request"),
         ({"campaign_id": "c1", "utilities": [[1, 2]]}, 422, "invalid_request"),
         ({"campaign_id": "c1", "utilities": [1, None]}, 422, "invalid_request"),
+        ({"campaign_id": "c1", "utilities": [True, 2.5]}, 422, "invalid_request"),  # numpy reads it as [1.0, 2.5]
+        ({"campaign_ids": ["c1"], "counts": [2], "utilities": [1.5, False]}, 422, "invalid_request"),
         ({"campaign_id": "c1", "utilities": [1e308]}, 422, "invalid_request"),  # x ratio: not a finite bid
         ({"campaign_id": "c1", "utilities": [1, [2]]}, 422, "invalid_request"),  # ragged: numpy refuses the shape
         ({"campaign_id": "c1", "utilities": [[1], [1, 2]]}, 422, "invalid_request"),
@@ -96,9 +98,22 @@ def test_bad_bid_transport(client):
     assert client.post("/v1/bid", content=b"\x00" * 8, headers=BINARY).status_code == 422  # no campaign_id
 
 
+def test_a_campaign_id_spelling_true_or_false_is_not_a_boolean(client):
+    """The boolean check runs where the body holds an r or an f (true, false); a campaign id may hold them too."""
+    for campaign in ("is-true", "false"):
+        register(client, campaign=campaign)
+        r = client.post("/v1/bid", json={"campaign_id": campaign, "utilities": [1.0, 2.0]})
+        assert r.status_code == 200 and len(r.json()["bids"]) == 2
+    columnar = {"campaign_ids": ["is-true", "false"], "counts": [1, 1], "utilities": [1.0, True]}
+    assert client.post("/v1/bid", json=columnar).status_code == 422
+
+
 def test_size_limits(models):
-    with serving(models.cbrl_model, max_utilities=10, max_body_bytes=4096) as c:
+    with serving(models.cbrl_model, max_utilities=10, max_body_bytes=4096, max_bid_campaigns=2) as c:
         register(c)
+        columnar = {"campaign_ids": ["c1"] * 3, "counts": [1, 0, 0], "utilities": [1.0]}
+        assert c.post("/v1/bid", json=columnar).json()["error"] == "too_large"
+        assert c.post("/v1/bid", json={**columnar, "campaign_ids": ["c1"] * 2, "counts": [1, 0]}).status_code == 200
         assert c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0] * 11}).status_code == 413
         big = c.post("/v1/bid?campaign_id=c1", content=b"\x00" * 8192, headers=BINARY)
         assert big.status_code == 413 and big.json()["error"] == "too_large"

@@ -81,3 +81,20 @@ def test_a_key_prefix_the_store_would_refuse_is_a_bad_setting(prefix: str) -> No
     """It passed the settings and failed in the lifespan with a traceback."""
     with pytest.raises(ValidationError, match="key_prefix must be non-empty"):
         Settings(key_prefix=prefix)
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("redis://:hunter2@h:99999", "Port out of range"),
+        ("redis://:hunter2@:6379", "names no host"),
+        ("redis+cluster://u:hunter2@a:7000,b", "is not host:port"),
+        ("postgres://u:hunter2@h:5432", "unsupported store URL"),
+    ],
+)
+def test_a_store_url_the_store_cannot_open_is_a_bad_setting_and_its_password_is_not_said(url: str, said: str) -> None:
+    """`redis://h:99999` passed the settings and failed when the store opened; the messages quoted the password."""
+    result = CliRunner().invoke(app, ["serve", "--store", url])
+    assert result.exit_code != 0 and said in result.output and "bad settings" in result.output
+    assert "hunter2" not in result.output and "***" in result.output
+    assert Settings(store="redis://:hunter2@localhost:6379/0").store_kind == "redis"
