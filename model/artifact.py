@@ -653,7 +653,8 @@ class Artifact:
         self.directory = directory
         self.card = card
         self.card_sha256 = card_sha256
-        """The sha256 of the ``model.json`` bytes this artifact was loaded from (the service's model version)."""
+        """The sha256 of the ``model.json`` bytes this artifact was loaded from (the service's model version reads the
+        card parsed from them: :meth:`ModelCard.served_sha256`)."""
         self._policy = policy
         self._encoder = encoder
         self.planner = planner

@@ -19,7 +19,10 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default
 class Settings(BaseSettings):
     """Every knob of the service. Environment: ``RCB_<FIELD>`` (e.g. ``RCB_MODEL_DIR``, ``RCB_REDIS_URL``)."""
 
-    model_config = SettingsConfigDict(env_prefix="RCB_", extra="ignore", frozen=True, populate_by_name=True)
+    # hide_input_in_errors: a bad store URL's error must not print the password it holds
+    model_config = SettingsConfigDict(
+        env_prefix="RCB_", extra="ignore", frozen=True, populate_by_name=True, hide_input_in_errors=True
+    )
 
     model_dir: Path = DEFAULT_MODEL_DIR
     """The model artifact to serve (``rcb export``'s output)."""

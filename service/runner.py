@@ -109,8 +109,8 @@ class ModelRunner:
         self._lock = threading.Lock()
         """Guards the served fields' swap (held for microseconds: decisions read them under it)."""
         self._load_lock = threading.Lock()
-        """Serializes loads (startup, admin reloads, SIGHUP): the one that starts last is the one that serves, and
-        ``on_load`` reports the loads in the order they swapped in."""
+        """Serializes loads (startup, admin reloads, SIGHUP): each swaps in whole after the one before, and
+        ``on_load`` reports them in the order they swapped in."""
         self.on_load = on_load
         """Called with (version, loaded) after each model swaps in, under the load lock (the service's metrics)."""
         self.policy: Policy | None = None
@@ -158,7 +158,10 @@ class ModelRunner:
         gc.collect()
         gc.freeze()
         if self.on_load is not None:
-            self.on_load(version, True)
+            try:  # the new model serves now: a failing report must not read as a refused load
+                self.on_load(version, True)
+            except Exception:
+                log.exception("reporting the model load failed", extra={"model_version": version})
         log.info("model loaded", extra={"model_version": version, "model_dir": str(directory)})
         measured = artifact.card.evaluation.measured.get("shield")
         if self.use_shield and measured is not None and not measured_with(measured, shield_config):

@@ -13,15 +13,15 @@ from service.errors import ApiError
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-@router.head("/healthz", include_in_schema=False)  # load balancers probe with HEAD
+@router.head("/healthz", include_in_schema=False)  # load balancers probe with HEAD; registered after GET, so a 405
+@router.get("/healthz")  # for another method says Allow: GET
 async def healthz() -> dict[str, str]:
     """The process is alive (no dependency checked)."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "The store is unreachable or no model is loaded"}})
 @router.head("/readyz", include_in_schema=False)
+@router.get("/readyz", responses={503: {"description": "The store is unreachable or no model is loaded"}})
 async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metrics: MetricsDep) -> dict[str, object]:
     """Ready to take traffic: the store answers a ping and a model is loaded (not the fallback)."""
     store_up = await store.ping()

@@ -157,6 +157,14 @@ def check_write(episode: str, blob: bytes, expected_slot: int | None = None) -> 
 
 
 def redacted(url: str) -> str:
-    """``url`` with the password of its user part masked, for error messages and logs:
-    ``redis://:secret@h:6379`` -> ``redis://:***@h:6379``."""
-    return re.sub(r"(://[^@/]*?:)[^@/]*@", r"\1***@", url)
+    """``url`` with its password masked, for error messages and logs: the user part's (``redis://:secret@h:6379`` ->
+    ``redis://:***@h:6379``, up to the last ``@``, so an unencoded ``@`` or ``/`` in it is masked too), with or
+    without a scheme, and a ``password=`` query parameter's."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, hosts = rest.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        rest = f"{user}{colon}{'***' if colon else ''}@{hosts}"
+    return scheme + sep + re.sub(r"(?i)(password=)[^&#]*", r"\1***", rest)

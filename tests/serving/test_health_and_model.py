@@ -314,12 +314,14 @@ def test_reloads_run_one_at_a_time_and_the_metrics_name_the_model_that_serves(mo
     runner = runner_module.ModelRunner(models.cbrl_model, on_load=metrics.set_model)
     runner.load()
     real_load = runner_module.load_artifact
-    inside, overlapped = [0], []
+    inside, overlapped, slow_holds_the_load = [0], [], threading.Event()
 
     def slow_load(directory, **kwargs):
         inside[0] += 1
         overlapped.append(inside[0] > 1)
-        time.sleep(0.3 if "hard" not in str(directory) else 0.0)
+        if "hard" not in str(directory):
+            slow_holds_the_load.set()
+            time.sleep(0.3)
         try:
             return real_load(directory, **kwargs)
         finally:
@@ -329,7 +331,7 @@ def test_reloads_run_one_at_a_time_and_the_metrics_name_the_model_that_serves(mo
     answers: dict[str, tuple[str, str]] = {}
     first = threading.Thread(target=lambda: answers.__setitem__("slow", runner.reload(models.cbrl_model)))
     first.start()
-    time.sleep(0.05)  # the slow reload holds the load when the quick one arrives
+    assert slow_holds_the_load.wait(10)  # the quick reload arrives while the slow one holds the load
     answers["quick"] = runner.reload(models.hard_model)
     first.join()
     assert not any(overlapped)
@@ -339,6 +341,8 @@ def test_reloads_run_one_at_a_time_and_the_metrics_name_the_model_that_serves(mo
 
 
 def test_the_probes_answer_head(client):
-    """A load balancer's HEAD probe got 405."""
+    """A load balancer's HEAD probe got 405; another method still gets 405 naming GET."""
     assert client.head("/healthz").status_code == 200
     assert client.head("/readyz").status_code == 200 and client.head("/readyz").content == b""
+    refused = client.post("/healthz")
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET"

@@ -97,4 +97,19 @@ def test_a_store_url_the_store_cannot_open_is_a_bad_setting_and_its_password_is_
     result = CliRunner().invoke(app, ["serve", "--store", url])
     assert result.exit_code != 0 and said in result.output and "bad settings" in result.output
     assert "hunter2" not in result.output and "***" in result.output
+    with pytest.raises(ValidationError) as refused:  # as uvicorn --factory or a traceback would print it
+        Settings(store=url)
+    assert "hunter2" not in str(refused.value)
     assert Settings(store="redis://:hunter2@localhost:6379/0").store_kind == "redis"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://u:p@ss@h:6379", "redis://u:pa/ss@h", "default:hunter2@redis:6379", "redis://h:6379/0?password=hunter2"],
+)
+def test_store_url_errors_mask_every_spelling_of_a_password(url: str) -> None:
+    """The pattern stopped at the first @ or /, and masked nothing without a scheme or in the query."""
+    from service.store.base import redacted
+
+    shown = redacted(url)
+    assert "***" in shown and not any(part in shown for part in ("hunter2", "p@ss", "pa/ss", ":p@"))
