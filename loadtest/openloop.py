@@ -249,6 +249,8 @@ class _Runner:
         names = [s.name for s in streams]
         if len(set(names)) != len(names):
             raise ValueError(f"stream names must be unique: {names}")
+        if not (timeout > 0 and drain_timeout >= 0):  # a zero timeout made the sweeper spin and time out everything
+            raise ValueError(f"timeout must be > 0 and drain_timeout >= 0, not {timeout} and {drain_timeout}")
         self.host, self.port = host, port
         self.timeout = timeout
         self.drain_timeout = drain_timeout
@@ -444,8 +446,9 @@ def latency_stats_ms(latency_s: np.ndarray) -> dict[str, float | None]:
 def latency_all_ms(latency_s: np.ndarray, answered: np.ndarray) -> dict[str, float | None]:
     """p50/p90/p99/p99.9/max in milliseconds over *every* request, the unanswered (timeouts, connection errors,
     never sent) counted as slower than any answer: a percentile that falls among them is None (beyond the client's
-    timeout), so a run that drops 2% of its requests cannot show a p99 taken over the other 98%. Percentiles are
-    of actual requests (inverted CDF), never interpolated towards an unanswered one."""
+    timeout), so a run that drops 2% of its requests cannot show a p99 taken over the other 98%. Where some are
+    unanswered, percentiles are of actual requests (inverted CDF), never interpolated towards an unanswered one;
+    where all are answered they are :func:`latency_stats_ms`'s (linear interpolation), the same figures."""
     keys = [f"p{p:g}" for p in PERCENTILES] + ["max"]
     if latency_s.size == 0:
         return dict.fromkeys(keys)
@@ -507,16 +510,27 @@ def summarize(s: StreamResult, mask: np.ndarray | None = None) -> dict:
 
 
 def windows(s: StreamResult, width: float = 1.0) -> dict[str, list[float]]:
-    """Per-window (by intended send time) p50/p99 latency in ms and request counts, for plots."""
+    """Per-window (by intended send time) p50/p99 latency in ms, request counts and unanswered counts, for plots.
+
+    As :func:`latency_all_ms`, over every request of the window, the unanswered slower than any answer: a window
+    whose p99 (or p50) falls among its unanswered requests reads NaN there, with ``unanswered`` saying why, rather
+    than a p99 of the answered ones only (a window that timed out looked fast)."""
+    keys = ("t", "p50", "p99", "count", "unanswered")
     if s.count == 0:
-        return {"t": [], "p50": [], "p99": [], "count": []}
+        return {k: [] for k in keys}
     idx = np.floor(s.intended / width).astype(np.int64)
-    out: dict[str, list[float]] = {"t": [], "p50": [], "p99": [], "count": []}
+    out: dict[str, list[float]] = {k: [] for k in keys}
     for w in range(int(idx.min()), int(idx.max()) + 1):
-        lat = s.latency[(idx == w) & s.responded]
-        lat = lat[np.isfinite(lat)] * 1e3
+        window = idx == w
+        answered = s.responded[window] & np.isfinite(s.latency[window])
+        lat = np.where(answered, s.latency[window] * 1e3, np.inf)
         out["t"].append(w * width)
-        out["count"].append(int((idx == w).sum()))
-        out["p50"].append(float(np.percentile(lat, 50)) if lat.size else float("nan"))
-        out["p99"].append(float(np.percentile(lat, 99)) if lat.size else float("nan"))
+        out["count"].append(int(window.sum()))
+        out["unanswered"].append(int((~answered).sum()))
+        for name, q in (("p50", 50), ("p99", 99)):
+            if not lat.size:
+                out[name].append(float("nan"))
+                continue
+            value = float(np.percentile(lat, q) if answered.all() else np.percentile(lat, q, method="inverted_cdf"))
+            out[name].append(value if np.isfinite(value) else float("nan"))
     return out

@@ -104,6 +104,17 @@ def plot_latency(result: ScenarioResult, path: str | Path) -> Path:
         mid = np.asarray(w["t"]) + 0.5
         ax.plot(mid, w["p50"], "-o", ms=3, color=c, label=f"{name} p50 (1 s windows)")
         ax.plot(mid, w["p99"], "--s", ms=3, color=c, label=f"{name} p99 (1 s windows)")
+        beyond = np.isnan(np.asarray(w["p99"], dtype=float)) & (np.asarray(w["unanswered"]) > 0)
+        if beyond.any():  # the window's p99 is an unanswered request: drawn at the client's timeout
+            top = float(result.params.get("timeout", 10.0)) * 1e3
+            ax.scatter(
+                mid[beyond],
+                np.full(beyond.sum(), top),
+                marker="^",
+                color="red",
+                s=20,
+                label=f"{name} p99 beyond the timeout",
+            )
         err = ~s.ok
         if err.any():
             ax.scatter(s.intended[err], np.full(err.sum(), 0.0), marker="x", color="red", s=12, label=f"{name} errors")

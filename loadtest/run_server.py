@@ -8,6 +8,7 @@ The load generator then pins itself to another CPU (``pin_current_process(1)``; 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -82,8 +83,9 @@ class ServerProcess:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            except subprocess.TimeoutExpired:  # the whole session (start_new_session): uvicorn's workers too
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout)
 
     def __enter__(self) -> ServerProcess:

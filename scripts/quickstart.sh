@@ -59,22 +59,33 @@ rcb export --run "$OUT/run-cbrl" --out "$OUT/model" --force
 rcb export --plan "$MARKET" --setting "$SETTING" --out "$OUT/model-plan" --force
 
 step "4/6 offline evaluation on the test days: baselines tuned on the train days, the models, the hindsight oracle"
+# The shipped model plays only the setting it was trained for (rcb evaluate and rcb replay refuse the other).
+shipped_setting=$(.venv/bin/python -c "import json; print(json.load(open('models/default/model.json'))['setting'])")
+names="fresh plan"
+shipped_methods=""
+if [ "$shipped_setting" = "$SETTING" ]; then
+  names="fresh plan default"
+  shipped_methods=",onnx:models/default,shield:onnx:models/default"
+else
+  echo "models/default is an $shipped_setting model: it sits out this $SETTING run" >&2
+fi
 rcb evaluate "$MARKET" --setting "$SETTING" --split test --seeds 1 --out "$OUT/evaluate" \
-  --methods "rm,pid,onnx:$OUT/model,shield:onnx:$OUT/model,onnx:$OUT/model-plan,shield:onnx:$OUT/model-plan,\
-onnx:models/default,shield:onnx:models/default,oracle-day" \
+  --methods "rm,pid,onnx:$OUT/model,shield:onnx:$OUT/model,onnx:$OUT/model-plan,shield:onnx:$OUT/model-plan\
+$shipped_methods,oracle-day" \
   > "$OUT/evaluate.md"
 
-step "5/6 serve the three models (embedded store, safety shield on) and replay the test days through the HTTP API"
+step "5/6 serve the models (embedded store, safety shield on) and replay the test days through the HTTP API"
+rm -rf "$OUT/replay-default"  # a run of the other setting must not read an earlier run's replay of the shipped model
 declare -A urls
 declare -A models=([fresh]="$OUT/model" [plan]="$OUT/model-plan" [default]=models/default)
-for name in fresh plan default; do
+for name in $names; do
   model="${models[$name]}"
   port=$(free_port)
   .venv/bin/rcb serve --model "$model" --port "$port" --log-level warning > "$OUT/serve-$name.log" 2>&1 &
   servers+=($!)
   urls[$name]="http://127.0.0.1:$port"
 done
-for name in fresh plan default; do
+for name in $names; do
   wait_ready "${urls[$name]}" || { echo "the $name service did not become ready; see $OUT/serve-$name.log" >&2; exit 1; }
   rcb replay --url "${urls[$name]}" --data "$MARKET" --setting "$SETTING" --split test --concurrency 4 \
     --out "$OUT/replay-$name" > "$OUT/replay-$name.md"
@@ -85,7 +96,7 @@ step "6/6 results"
 echo "outputs in $OUT: market/, market_report.png, run-cbrl/ (curves.png), model/, model-plan/, evaluate/ (tables," >&2
 echo "  plots), replay-fresh/, replay-plan/ and replay-default/ (the service's own episodes, slots.csv, plots)" >&2
 if [ "$KEEP_SERVING" = 1 ]; then
-  kill "${servers[1]}" "${servers[2]}" 2>/dev/null || true
+  kill "${servers[@]:1}" 2>/dev/null || true
   kept="${servers[0]}"
   servers=()  # the service with the fresh model outlives the script, as promised
   echo "the service with the model trained now is still running: ${urls[fresh]}/ui (stop it: kill $kept)"

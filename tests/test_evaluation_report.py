@@ -225,3 +225,16 @@ def test_write_report(episodes: pd.DataFrame, per_seed: pd.DataFrame, tmp_path: 
     assert "| `greedy` |" in text
     _assert_png(paths["boxplots"])
     _assert_png(paths["roi_hist"])
+
+
+def test_write_report_without_plots_needs_no_matplotlib(
+    episodes: pd.DataFrame, per_seed: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rcb replay` in the service image (no training extra): it crashed after the whole replay on the plots."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    paths = write_report(episodes, make_summary(per_seed), META, tmp_path, plots=False)
+    assert paths == {"markdown": tmp_path / "summary.md"} and not list(tmp_path.glob("*.png"))

@@ -131,6 +131,26 @@ def test_percentiles_over_every_request_count_the_unanswered_as_slowest():
     assert answered["latency_all_ms"] == {k: answered["latency_ms"][k] for k in answered["latency_all_ms"]}
 
 
+def test_a_window_whose_p99_timed_out_does_not_look_fast():
+    """The per-window p99 in latency.png was taken over the answered requests only: a window with 2 timeouts in 100
+    plotted the p99 of the other 98."""
+    from loadtest.openloop import StreamResult, windows
+
+    latency = np.concatenate([np.arange(1, 99) / 1e3, [np.nan, np.nan], np.arange(1, 101) / 1e3])
+    status = np.concatenate([np.full(98, 200), [TIMEOUT, TIMEOUT], np.full(100, 200)]).astype(np.int32)
+    intended = np.concatenate([np.arange(100) / 100, 1 + np.arange(100) / 100])
+    w = windows(StreamResult("bid", 100.0, 4, intended, intended, latency, status))
+    assert w["count"] == [100, 100] and w["unanswered"] == [2, 0]
+    assert np.isnan(w["p99"][0]) and w["p50"][0] == 50.0  # the p50 is a real request's
+    assert w["p99"][1] == pytest.approx(99.01)  # all answered: as before
+
+
+def test_a_timeout_that_is_not_positive_is_refused(floor):
+    """--timeout 0 made the timeout sweeper spin and reported every request as a timeout."""
+    assert cli_main(["--url", floor.url, "--scenario", "bid-binary", "--rate", "10", "--duration", "0.2",
+                     "--timeout", "0", "--no-setup"]) == 2  # fmt: skip
+
+
 def test_cli_writes_outputs_and_exits_zero(floor, tmp_path):
     rc = cli_main(["--url", floor.url, "--scenario", "mixed", "--rate", "200", "--duration", "1.5", "--campaigns",
                    "100", "--burst-rate", "400", "--connections", "8", "--out", str(tmp_path), "--json"])  # fmt: skip

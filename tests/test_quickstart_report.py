@@ -27,14 +27,15 @@ def main_job(tmp_path: Path) -> Path:
         ("replay-default/summary.json", {"service": summary(0.715, 0.88)}),
         ("model-plan/model.json", {"planner": {"train_days": 8, "margin": 0.05, "cost_sd": 0.3}}),
         ("model/model.json", {"training": {"epochs": 24}, "evaluation": {"best_validation_score": 0.813}}),
+        ("evaluate/meta.json", {"setting": "mc", "split": "test"}),
     ):
         (out / path).parent.mkdir(parents=True, exist_ok=True)
         (out / path).write_text(json.dumps(body))
     return out
 
 
-def card(best: float | None, members: list[float]) -> dict:
-    return {"evaluation": {"best_validation_score": best, "member_validation_scores": members}}
+def card(best: float | None, members: list[float], setting: str = "mc") -> dict:
+    return {"setting": setting, "evaluation": {"best_validation_score": best, "member_validation_scores": members}}
 
 
 def test_the_table_labels_the_models_offline_and_through_the_service(main_job: Path, capsys):
@@ -56,3 +57,19 @@ def test_the_table_labels_the_models_offline_and_through_the_service(main_job: P
 def test_a_single_run_default_is_described_by_its_own_score():
     assert "(best validation score 0.814)" in describe_shipped(card(0.814, []))
     assert "best validation" not in describe_shipped(card(None, []))
+
+
+def test_a_run_of_the_other_setting_leaves_the_shipped_model_out(main_job: Path, capsys):
+    """SETTING=sc bash scripts/quickstart.sh evaluated and replayed the MC shipped model on SC days (refused)."""
+    default = main_job.parent / "default"
+    default.mkdir()
+    (default / "model.json").write_text(json.dumps(card(None, [0.852, 0.871], setting="mc")))
+    (main_job / "evaluate" / "meta.json").write_text(json.dumps({"setting": "sc", "split": "test"}))
+    offline = json.loads((main_job / "evaluate" / "summary.json").read_text())
+    del offline["onnx:models/default"]
+    (main_job / "evaluate" / "summary.json").write_text(json.dumps(offline))
+    (main_job / "replay-default" / "summary.json").unlink()
+    assert main([str(main_job), "--default-model", str(default)]) == 0
+    text = capsys.readouterr().out
+    assert text.lstrip().startswith("SC test days") and "CBRL default model +" not in text
+    assert "is a mc model and sits out a SC run" in text

@@ -620,8 +620,9 @@ def model_bidder(method: str, setting: Setting) -> tuple[Bidder, dict[str, Any]]
     return bidder, record
 
 
-def write_outputs(evaluation: Evaluation, out: Path) -> dict[str, Path]:
-    """episodes.csv, summary.json (SPEC 6: ``{method: {...}}``), meta.json, summary.md and PNG plots in ``out``."""
+def write_outputs(evaluation: Evaluation, out: Path, plots: bool = True) -> dict[str, Path]:
+    """episodes.csv, summary.json (SPEC 6: ``{method: {...}}``), meta.json, summary.md and PNG plots in ``out``
+    (``plots=False``: no PNGs, and no matplotlib needed)."""
     from training.evaluation_report import write_report  # matplotlib only when writing
 
     out.mkdir(parents=True, exist_ok=True)
@@ -629,7 +630,7 @@ def write_outputs(evaluation: Evaluation, out: Path) -> dict[str, Path]:
     evaluation.episodes.to_csv(paths["episodes"], index=False)
     paths["summary"].write_text(json.dumps(_jsonable(evaluation.summary), indent=1))
     paths["meta"].write_text(json.dumps(_jsonable(evaluation.meta), indent=1))
-    paths.update(write_report(evaluation.episodes, evaluation.summary, evaluation.meta, out))
+    paths.update(write_report(evaluation.episodes, evaluation.summary, evaluation.meta, out, plots=plots))
     return paths
 
 

@@ -476,9 +476,14 @@ def _seeds(count: Any) -> str:
 
 
 def write_report(
-    episodes: pd.DataFrame, summary: Mapping[str, Mapping[str, Any]], meta: Mapping[str, Any], out_dir: Path
+    episodes: pd.DataFrame,
+    summary: Mapping[str, Mapping[str, Any]],
+    meta: Mapping[str, Any],
+    out_dir: Path,
+    plots: bool = True,
 ) -> dict[str, Path]:
-    """Write ``summary.md``, ``boxplots.png`` and ``roi_hist.png`` into ``out_dir``; return them by stem.
+    """Write ``summary.md``, ``boxplots.png`` and ``roi_hist.png`` into ``out_dir`` (the PNGs only with ``plots``);
+    return them by stem.
 
     Keys: ``"markdown"``, ``"boxplots"``, ``"roi_hist"`` (not ``"summary"``: evaluate.py uses it for summary.json).
     """
@@ -487,12 +492,10 @@ def write_report(
     title = (
         f"{str(meta.get('setting', '?')).upper()} · {meta.get('split', '?')} split · {_seeds(meta.get('seeds', '?'))}"
     )
-    paths = {
-        "markdown": out_dir / "summary.md",
-        "boxplots": out_dir / "boxplots.png",
-        "roi_hist": out_dir / "roi_hist.png",
-    }
+    paths = {"markdown": out_dir / "summary.md"}
     paths["markdown"].write_text(f"# Evaluation: {title}\n\n" + markdown_table(summary, meta), encoding="utf-8")
-    plot_boxplots(episodes, paths["boxplots"], f"ANS, CSR, ANDR per method over seeds — {title}")
-    plot_roi_histograms(episodes, paths["roi_hist"], f"ROI difference against the target — {title}")
+    if plots:
+        paths["boxplots"], paths["roi_hist"] = out_dir / "boxplots.png", out_dir / "roi_hist.png"
+        plot_boxplots(episodes, paths["boxplots"], f"ANS, CSR, ANDR per method over seeds — {title}")
+        plot_roi_histograms(episodes, paths["roi_hist"], f"ROI difference against the target — {title}")
     return paths

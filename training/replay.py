@@ -124,6 +124,34 @@ class ServiceClient:
         return body
 
 
+def http_client(url: str, **options: Any) -> httpx.AsyncClient:
+    """An httpx client on ``url``, or a ReplayError saying the URL does not parse (httpx raises InvalidURL, which is
+    not an HTTPError, for ``http://host:abc`` or ``http://[::1``)."""
+    try:
+        return httpx.AsyncClient(base_url=url, **options)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ReplayError(f"--url {url!r} is not a URL ({exc})") from None
+
+
+def check_setting(ready: dict[str, Any], setting: str) -> None:
+    """Refuse to replay ``setting``'s days on a model of the other setting (``rcb evaluate`` refuses it too): the
+    model would read budgets it was not trained on, and the summary would be labelled with the wrong setting."""
+    served = ready.get("setting")
+    if served is not None and str(served) != str(setting):
+        raise ReplayError(
+            f"the service serves a {served} model ({ready.get('model_version')}), not {setting}; "
+            f"replay it with --setting {served}"
+        )
+
+
+async def probe(url: str, token: str | None, setting: str) -> dict[str, Any]:
+    """``/readyz`` before any work: the URL parses, the service is ready and serves a model of ``setting``."""
+    async with http_client(url, timeout=10.0) as client:
+        ready = await ServiceClient(client, token).ready()
+    check_setting(ready, setting)
+    return ready
+
+
 def _json_object(response: httpx.Response, call: str) -> dict[str, Any]:
     """The answer's JSON object, or a ReplayError naming the call (a wrong URL often answers an HTML page)."""
     try:
@@ -199,9 +227,10 @@ async def replay_days(
     if len(numbers) != len(days) or len(set(numbers)) != len(numbers):
         raise ValueError(f"numbers must name each of the {len(days)} days once, not {numbers}")
     limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
+    async with http_client(url, timeout=timeout_s, limits=limits) as client:
         service = ServiceClient(client, token)
         ready = await service.ready()
+        check_setting(ready, str(days.setting))
         gate = asyncio.Semaphore(concurrency)
 
         async def one(k: int) -> EpisodeTrace:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -44,11 +45,18 @@ def replay_command(
     from training.dayset import DaySet
     from training.evaluate import write_outputs
     from training.market.dataset import Market
-    from training.replay import ReplayError, replay_days, replay_evaluation, slot_table
+    from training.replay import ReplayError, probe, replay_days, replay_evaluation, slot_table
 
     with user_errors():
         check_output_dir(out)
         market = Market.open(data)
+        try:  # before loading the days (seconds): the URL, the service's readiness and its model's setting
+            asyncio.run(probe(url, token, setting.value))
+        except ReplayError as exc:
+            raise fail(str(exc)) from None
+        plots = importlib.util.find_spec("matplotlib") is not None
+        if not plots:  # the service image has rcb replay but not the training extra
+            console.print("[yellow]note:[/] matplotlib is not installed (pip install 'rcb[train]'): no plots")
         with progress(quiet=as_json) as bar:
             loading = bar.add_task(f"loading {split.value}/{setting.value}", total=None)
             dayset = DaySet.load(market, split.value, setting)
@@ -87,7 +95,7 @@ def replay_command(
             except ReplayError as exc:
                 raise fail(str(exc)) from None
         evaluation = replay_evaluation(dayset, traces, ready, url)
-        write_outputs(evaluation, out)
+        write_outputs(evaluation, out, plots=plots)
         slot_table(traces).to_csv(out / "slots.csv", index=False)
     if as_json:
         print_json(evaluation.summary)

@@ -109,20 +109,44 @@ def serve_command(
     os.environ.pop("RCB_REDIS_URL", None)
     import uvicorn
 
+    _check_can_listen(host, port)
     console.print(
         f"serving {settings.model_dir} with the {settings.store_kind} store on http://{host}:{port} "
         f"({workers} worker{'s' if workers > 1 else ''}); docs at /docs",
         highlight=False,
     )
-    uvicorn.run(
-        "service.main:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=10,
-    )
+    try:
+        uvicorn.run(
+            "service.main:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            loop="uvloop",
+            http="httptools",
+            access_log=False,
+            log_level=settings.log_level.lower(),
+            timeout_graceful_shutdown=10,
+        )
+    except SystemExit as exc:  # uvicorn exits 3 when it cannot start (the port taken since the check above)
+        if exc.code in (0, None):
+            raise
+        raise fail(f"the service did not start on {host}:{port} (uvicorn's error is above)") from None
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Bind ``host:port`` as uvicorn will (SO_REUSEADDR), before the app and its model load: a port in use or a host
+    that does not resolve is a clear error with exit 2, not uvicorn's exit 3 after the startup."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise fail(f"--host {host!r} does not resolve ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise fail(f"cannot listen on {host}:{port}: {exc.strerror}") from None

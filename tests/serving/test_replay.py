@@ -6,6 +6,7 @@ import json
 import shutil
 import uuid
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -113,6 +114,22 @@ def test_replay_refuses_a_service_that_is_down_or_not_ready(models, tmp_path):
         ],
     )
     assert result.exit_code == 2 and "does not answer" in result.output
+
+
+def test_replay_refuses_a_model_of_the_other_setting_and_a_url_that_does_not_parse(models, tmp_path):
+    """A replay of MC days on an SC model exited 0 with a summary labelled mc (rcb evaluate refuses it); a
+    malformed --url raised httpx.InvalidURL as a traceback. Both are refused before the days load or a campaign
+    registers."""
+    other = "mc" if SETTING == "sc" else "sc"
+    base = ["replay", "--data", str(models.market), "--out", str(tmp_path / "x")]
+    with rcb_serve(models.cbrl_model) as server:
+        result = CliRunner().invoke(app, [*base, "--url", server.url, "--setting", other])
+        assert result.exit_code == 2 and f"serves a {SETTING} model" in result.output, result.output
+        assert f"--setting {SETTING}" in result.output and not (tmp_path / "x").exists()
+        assert httpx.get(f"{server.url}/v1/campaigns/episode-0").status_code == 404  # nothing registered
+    for url in ("http://127.0.0.1:abc", "http://[::1"):
+        result = CliRunner().invoke(app, [*base, "--url", url, "--setting", SETTING])
+        assert result.exit_code == 2 and "is not a URL" in result.output, result.output
 
 
 def test_replay_refuses_the_train_days_before_any_work(models, tmp_path):

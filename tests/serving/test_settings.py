@@ -113,3 +113,15 @@ def test_store_url_errors_mask_every_spelling_of_a_password(url: str) -> None:
 
     shown = redacted(url)
     assert "***" in shown and not any(part in shown for part in ("hunter2", "p@ss", "pa/ss", ":p@"))
+
+
+def test_rcb_serve_on_a_port_in_use_is_a_clear_error(tmp_path) -> None:
+    """uvicorn exited 3 after the app and its model had started; the CLI promises 0 or 2."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--port", str(port), "--model", str(tmp_path)])
+    assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.output, result.output
