@@ -94,7 +94,7 @@ done
 step "6/6 results"
 .venv/bin/python -m training.quickstart_report "$OUT"
 echo "outputs in $OUT: market/, market_report.png, run-cbrl/ (curves.png), model/, model-plan/, evaluate/ (tables," >&2
-echo "  plots), replay-fresh/, replay-plan/ and replay-default/ (the service's own episodes, slots.csv, plots)" >&2
+echo "  plots), replay-${names// /\/, replay-}/ (the service's own episodes, slots.csv, plots)" >&2
 if [ "$KEEP_SERVING" = 1 ]; then
   kill "${servers[@]:1}" 2>/dev/null || true
   kept="${servers[0]}"

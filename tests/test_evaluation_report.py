@@ -236,5 +236,6 @@ def test_write_report_without_plots_needs_no_matplotlib(
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    (tmp_path / "boxplots.png").write_bytes(b"an earlier run's")
     paths = write_report(episodes, make_summary(per_seed), META, tmp_path, plots=False)
     assert paths == {"markdown": tmp_path / "summary.md"} and not list(tmp_path.glob("*.png"))

@@ -494,8 +494,12 @@ def write_report(
     )
     paths = {"markdown": out_dir / "summary.md"}
     paths["markdown"].write_text(f"# Evaluation: {title}\n\n" + markdown_table(summary, meta), encoding="utf-8")
+    boxplots, roi_hist = out_dir / "boxplots.png", out_dir / "roi_hist.png"
     if plots:
-        paths["boxplots"], paths["roi_hist"] = out_dir / "boxplots.png", out_dir / "roi_hist.png"
-        plot_boxplots(episodes, paths["boxplots"], f"ANS, CSR, ANDR per method over seeds — {title}")
-        plot_roi_histograms(episodes, paths["roi_hist"], f"ROI difference against the target — {title}")
+        paths["boxplots"], paths["roi_hist"] = boxplots, roi_hist
+        plot_boxplots(episodes, boxplots, f"ANS, CSR, ANDR per method over seeds — {title}")
+        plot_roi_histograms(episodes, roi_hist, f"ROI difference against the target — {title}")
+    else:  # an earlier run's plots must not sit beside these figures
+        boxplots.unlink(missing_ok=True)
+        roi_hist.unlink(missing_ok=True)
     return paths

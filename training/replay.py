@@ -128,6 +128,11 @@ def http_client(url: str, **options: Any) -> httpx.AsyncClient:
     """An httpx client on ``url``, or a ReplayError saying the URL does not parse (httpx raises InvalidURL, which is
     not an HTTPError, for ``http://host:abc`` or ``http://[::1``)."""
     try:
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError("expected http://host:port or https://host:port")
+        if parsed.port is not None and not 0 < parsed.port < 65536:  # httpx parses it, the request overflows
+            raise ValueError(f"port {parsed.port} is out of range")
         return httpx.AsyncClient(base_url=url, **options)
     except (httpx.InvalidURL, ValueError) as exc:
         raise ReplayError(f"--url {url!r} is not a URL ({exc})") from None

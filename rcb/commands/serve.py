@@ -109,7 +109,7 @@ def serve_command(
     os.environ.pop("RCB_REDIS_URL", None)
     import uvicorn
 
-    _check_can_listen(host, port)
+    _check_can_listen(host, port, workers)
     console.print(
         f"serving {settings.model_dir} with the {settings.store_kind} store on http://{host}:{port} "
         f"({workers} worker{'s' if workers > 1 else ''}); docs at /docs",
@@ -131,14 +131,17 @@ def serve_command(
     except SystemExit as exc:  # uvicorn exits 3 when it cannot start (the port taken since the check above)
         if exc.code in (0, None):
             raise
-        raise fail(f"the service did not start on {host}:{port} (uvicorn's error is above)") from None
+        raise fail("the service did not start (uvicorn's error is above)") from None
 
 
-def _check_can_listen(host: str, port: int) -> None:
-    """Bind ``host:port`` as uvicorn will (SO_REUSEADDR), before the app and its model load: a port in use or a host
-    that does not resolve is a clear error with exit 2, not uvicorn's exit 3 after the startup."""
+def _check_can_listen(host: str, port: int, workers: int) -> None:
+    """Bind ``host:port`` as uvicorn will (SO_REUSEADDR; one worker: an IPv6 socket IPv6-only, as asyncio binds it),
+    before the app and its model load: a port in use or a host that does not resolve is a clear error with exit 2,
+    not uvicorn's exit 3 after the startup. An empty host (every interface to uvicorn) is left to uvicorn."""
     import socket
 
+    if not host:
+        return
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -146,6 +149,8 @@ def _check_can_listen(host: str, port: int) -> None:
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and workers == 1:
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         try:
             probe.bind(address)
         except OSError as exc:

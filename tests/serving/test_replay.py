@@ -127,7 +127,7 @@ def test_replay_refuses_a_model_of_the_other_setting_and_a_url_that_does_not_par
         assert result.exit_code == 2 and f"serves a {SETTING} model" in result.output, result.output
         assert f"--setting {SETTING}" in result.output and not (tmp_path / "x").exists()
         assert httpx.get(f"{server.url}/v1/campaigns/episode-0").status_code == 404  # nothing registered
-    for url in ("http://127.0.0.1:abc", "http://[::1"):
+    for url in ("http://127.0.0.1:abc", "http://[::1", "http://127.0.0.1:99999", "127.0.0.1:8000"):
         result = CliRunner().invoke(app, [*base, "--url", url, "--setting", SETTING])
         assert result.exit_code == 2 and "is not a URL" in result.output, result.output
 

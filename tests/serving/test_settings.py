@@ -125,3 +125,29 @@ def test_rcb_serve_on_a_port_in_use_is_a_clear_error(tmp_path) -> None:
         port = taken.getsockname()[1]
         result = CliRunner().invoke(app, ["serve", "--port", str(port), "--model", str(tmp_path)])
     assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.output, result.output
+
+
+def test_the_listen_check_binds_as_uvicorn_does() -> None:
+    """One worker: uvicorn binds `::` IPv6-only (asyncio), so an IPv4 listener on the port is no conflict; an empty
+    host is every interface to uvicorn and is not refused."""
+    import socket
+
+    import typer
+
+    from rcb.commands.serve import _check_can_listen
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            with socket.socket(socket.AF_INET6) as free:
+                free.bind(("::", 0))
+            ipv6 = True
+        except OSError:  # a host without IPv6
+            ipv6 = False
+        if ipv6:
+            _check_can_listen("::", port, workers=1)  # exit 2 before: the probe accepted IPv4 as well
+        _check_can_listen("", port, workers=1)
+        with pytest.raises(typer.Exit):
+            _check_can_listen("127.0.0.1", port, workers=1)
