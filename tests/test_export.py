@@ -6,6 +6,7 @@ The runs are tiny (see ``artifact_fixtures``); parity is a property of the graph
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -351,3 +352,56 @@ def test_exporting_into_the_current_directory_is_a_clear_error(
     for out in (".", str(tmp_path.parent)):
         result = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", out])
         assert result.exit_code != 0 and "is the current directory or holds it" in result.output, result.output
+
+
+def test_exporting_over_a_symlink_replaces_its_target_and_keeps_the_link(exported: Exported, tmp_path: Path):
+    """`models/current -> models/v12`: the swap replaced the link with a directory, leaving v12 as it was."""
+    target, link = tmp_path / "v12", tmp_path / "current"
+    first = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", str(target)])
+    assert first.exit_code == 0, first.output
+    link.symlink_to(target, target_is_directory=True)
+    forced = runner.invoke(app, ["export", "--run", str(exported.cbrl_run), "--out", str(link), "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert load_artifact(target).card.algorithm == "cbrl" and load_artifact(link).card.algorithm == "cbrl"
+
+
+def test_swaps_into_one_directory_run_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Two exports swapping into one --out at once: one could move the other's new artifact aside between its two
+    renames and fail on a non-empty directory. The swap now holds a lock beside --out."""
+    import threading
+    import time
+
+    from training import export as export_module
+
+    out = tmp_path / "model"
+    real_replace, inside, overlapped = os.replace, [0], []
+
+    def slow_replace(src, dst):  # widen the window between a swap's two renames
+        inside[0] += 1
+        overlapped.append(inside[0] > 1)
+        time.sleep(0.02)
+        try:
+            real_replace(src, dst)
+        finally:
+            inside[0] -= 1
+
+    monkeypatch.setattr(export_module.os, "replace", slow_replace)
+    errors: list[BaseException] = []
+
+    def export(name: str) -> None:
+        try:
+            for k in range(5):
+                with export_module._built_beside(out) as building:
+                    (building / "model.json").write_text(f"{name}-{k}")
+        except BaseException as exc:  # the test reports any failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=export, args=(name,)) for name in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not any(overlapped)
+    assert (out / "model.json").read_text() in ("a-4", "b-4")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.lock", "model"]  # nothing half-done left

@@ -274,15 +274,34 @@ def _swap_into_place(built: Path, out: Path) -> None:
 @contextlib.contextmanager
 def _built_beside(out: Path) -> Iterator[Path]:
     """A fresh directory beside ``out`` to build an artifact in: when the block ends without an error it replaces
-    ``out`` (:func:`_swap_into_place`); whatever happens, nothing of it is left behind."""
+    ``out`` (:func:`_swap_into_place`); whatever happens, nothing of it is left behind.
+
+    A symlinked ``out`` (``models/current -> models/v12``) has its target replaced and the link kept (the swap
+    replaced the link by a directory). Swaps into one ``out`` take a lock beside it: two exports at once both
+    finish, the later swap serving (unlocked, one could find the other's half-done swap and fail)."""
+    out = out.resolve() if out.is_symlink() else out
     out.parent.mkdir(parents=True, exist_ok=True)
     building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     building.mkdir()
     try:
         yield building
-        _swap_into_place(building, out)
+        with _swap_lock(out):
+            _swap_into_place(building, out)
     finally:
         shutil.rmtree(building, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _swap_lock(out: Path) -> Iterator[None]:
+    """An exclusive lock on ``.{out.name}.lock`` beside ``out`` (flock: released if the process dies)."""
+    import fcntl
+
+    with open(out.with_name(f".{out.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def check_destination(out: Path, force: bool) -> None:
