@@ -377,7 +377,9 @@ class ModelCard(_Strict):
         shield as the band it runs (:meth:`shield_config`). Left out are the records that say how the model was
         made and measured (:data:`RECORD_FIELDS`, the shield's ``chosen_by`` and ``calibration``), which
         ``record_figures`` and ``write_trust`` rewrite without changing a decision. The service's model version."""
-        served = self.model_dump(mode="json", exclude=set(RECORD_FIELDS) | {"shield"})
+        # Fields at their defaults are left out, so a field a later version of the code adds (with a default) does
+        # not rename every deployed model; the shield goes in as the band it runs, defaults and all.
+        served = self.model_dump(mode="json", exclude=set(RECORD_FIELDS) | {"shield"}, exclude_defaults=True)
         served["shield"] = asdict(self.shield_config())
         return hashlib.sha256(json.dumps(served, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 

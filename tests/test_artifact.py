@@ -413,3 +413,17 @@ def test_the_shipped_default_model_loads_and_bids():
     steps, mask = episode_steps(np.zeros((3, 6, width)), np.ones((3, 5)))
     ratios = artifact.decide(np.zeros((3, width)), steps, mask, np.zeros((3, artifact.latent_dim)))
     assert ratios.shape == (3,) and np.all((ratios >= 0) & (ratios <= 4))
+
+
+def test_a_field_a_later_version_adds_with_a_default_keeps_every_model_version(exported: Exported):
+    """The served digest dumped every field, defaults included: a code change adding an optional card field would
+    have renamed every deployed model (and sent campaigns pinned to it to 409) though no decision changed."""
+    from pydantic import Field
+
+    class LaterCard(ModelCard):  # the same card read by a later version of the code, one optional field more
+        notes: str = Field(default="")
+
+    text = (exported.cbrl_model / CARD_FILE).read_text()
+    card, later = ModelCard.model_validate_json(text), LaterCard.model_validate_json(text)
+    assert later.served_sha256() == card.served_sha256()
+    assert later.model_copy(update={"notes": "x"}).served_sha256() != card.served_sha256()  # set: part of it
