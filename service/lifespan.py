@@ -69,7 +69,7 @@ def _install_sighup(runner: ModelRunner) -> None:
     def reload() -> None:
         async def run() -> None:
             try:
-                await to_thread.run_sync(runner.load)  # the runner's on_load sets the metrics
+                await runner.reload_async()  # the runner's on_load sets the metrics
             except ArtifactError as exc:
                 log.error("model reload refused; the old model keeps serving", extra={"error": str(exc)})
             except Exception:  # a signal's task has no caller to report to: log it, keep the old model serving

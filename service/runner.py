@@ -111,6 +111,7 @@ class ModelRunner:
         self._load_lock = threading.Lock()
         """Serializes loads (startup, admin reloads, SIGHUP): each swaps in whole after the one before, and
         ``on_load`` reports them in the order they swapped in."""
+        self._reload_gate: asyncio.Lock | None = None
         self.on_load = on_load
         """Called with (version, loaded) after each model swaps in, under the load lock (the service's metrics)."""
         self.policy: Policy | None = None
@@ -244,6 +245,14 @@ class ModelRunner:
                 if acted:
                     decided_by[i] = "shield"
         return out, decided_by
+
+    async def reload_async(self, model_dir: Path | None = None) -> tuple[str, str]:
+        """:meth:`reload` from the event loop. Reloads queue on the loop (an asyncio lock), not in worker threads:
+        a burst of reloads waiting on the load lock would hold the threads the decisions run on."""
+        if self._reload_gate is None:  # made on the loop that uses it
+            self._reload_gate = asyncio.Lock()
+        async with self._reload_gate:
+            return await to_thread.run_sync(self.reload, model_dir)
 
     async def decide_async(self, states: Sequence[CampaignState]) -> Decided:
         return await to_thread.run_sync(self.decide, list(states))

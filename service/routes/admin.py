@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from anyio import to_thread
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,7 +32,7 @@ async def reload_model(runner: RunnerDep, body: ReloadRequest | None = None) -> 
     model at their next slot (states hold raw stats only). SIGHUP does the same for the configured directory."""
     directory = Path(body.model_dir) if body and body.model_dir else None
     try:  # loads run one at a time (ModelRunner.reload): concurrent reloads answer in the order they swapped
-        previous, version = await to_thread.run_sync(runner.reload, directory)
+        previous, version = await runner.reload_async(directory)
     except ArtifactError as exc:
         raise ApiError(422, "model_refused", f"{exc}; still serving {runner.version}") from None
     return ReloadAnswer(model_version=version, previous_version=previous)

@@ -346,3 +346,36 @@ def test_the_probes_answer_head(client):
     assert client.head("/readyz").status_code == 200 and client.head("/readyz").content == b""
     refused = client.post("/healthz")
     assert refused.status_code == 405 and refused.headers["allow"] == "GET"
+
+
+def test_reloads_queue_on_the_event_loop_not_in_worker_threads(models, monkeypatch):
+    """Each waiting reload held a worker thread (blocked on the load lock), the threads the decisions run on."""
+    import asyncio
+    import threading
+    import time
+
+    from service import runner as runner_module
+
+    runner = runner_module.ModelRunner(models.cbrl_model)
+    real_reload = runner_module.ModelRunner.reload
+    in_threads, most = [0], [0]
+    guard = threading.Lock()
+
+    def counted_reload(self, model_dir=None):
+        with guard:
+            in_threads[0] += 1
+            most[0] = max(most[0], in_threads[0])
+        try:
+            time.sleep(0.05)
+            return real_reload(self, model_dir)
+        finally:
+            with guard:
+                in_threads[0] -= 1
+
+    monkeypatch.setattr(runner_module.ModelRunner, "reload", counted_reload)
+
+    async def burst() -> list[tuple[str, str]]:
+        return await asyncio.gather(*(runner.reload_async() for _ in range(4)))
+
+    answers = asyncio.run(burst())
+    assert most[0] == 1 and all(version == runner.version for _, version in answers)
