@@ -277,8 +277,9 @@ def _built_beside(out: Path) -> Iterator[Path]:
     ``out`` (:func:`_swap_into_place`); whatever happens, nothing of it is left behind.
 
     A symlinked ``out`` (``models/current -> models/v12``) has its target replaced and the link kept (the swap
-    replaced the link by a directory). Swaps into one ``out`` take a lock beside it: two exports at once both
-    finish, the later swap serving (unlocked, one could find the other's half-done swap and fail)."""
+    replaced the link by a directory). Swaps take a lock on ``out``'s parent directory: two exports into one
+    ``out`` at once both finish, the later swap serving (unlocked, one could find the other's half-done swap and
+    fail)."""
     out = out.resolve() if out.is_symlink() else out
     out.parent.mkdir(parents=True, exist_ok=True)
     building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
@@ -293,15 +294,17 @@ def _built_beside(out: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _swap_lock(out: Path) -> Iterator[None]:
-    """An exclusive lock on ``.{out.name}.lock`` beside ``out`` (flock: released if the process dies)."""
+    """An exclusive lock on the directory holding ``out`` (flock on its descriptor: no lock file left beside the
+    model, released if the process dies). Swaps into one parent directory run one at a time; each takes
+    milliseconds."""
     import fcntl
 
-    with open(out.with_name(f".{out.name}.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    descriptor = os.open(out.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing the last descriptor releases the lock
 
 
 def check_destination(out: Path, force: bool) -> None:
