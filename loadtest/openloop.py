@@ -522,15 +522,11 @@ def windows(s: StreamResult, width: float = 1.0) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {k: [] for k in keys}
     for w in range(int(idx.min()), int(idx.max()) + 1):
         window = idx == w
-        answered = s.responded[window] & np.isfinite(s.latency[window])
-        lat = np.where(answered, s.latency[window] * 1e3, np.inf)
+        latency, responded = s.latency[window], s.responded[window]
+        stats = latency_all_ms(latency, responded)
         out["t"].append(w * width)
         out["count"].append(int(window.sum()))
-        out["unanswered"].append(int((~answered).sum()))
-        for name, q in (("p50", 50), ("p99", 99)):
-            if not lat.size:
-                out[name].append(float("nan"))
-                continue
-            value = float(np.percentile(lat, q) if answered.all() else np.percentile(lat, q, method="inverted_cdf"))
-            out[name].append(value if np.isfinite(value) else float("nan"))
+        out["unanswered"].append(int((~(responded & np.isfinite(latency))).sum()))
+        for name in ("p50", "p99"):
+            out[name].append(float("nan") if stats[name] is None else stats[name])
     return out

@@ -373,10 +373,10 @@ class ModelCard(_Strict):
         return self.shield.shield_config() if self.shield is not None else ShieldConfig()
 
     def served_sha256(self) -> str:
-        """sha256 of what decides: the graphs' (or scenarios') hashes and every field the service reads, with the
-        shield as the band it runs (:meth:`shield_config`). Left out are the records that say how the model was
-        made and measured (:data:`RECORD_FIELDS`, the shield's ``chosen_by`` and ``calibration``), which
-        ``record_figures`` and ``write_trust`` rewrite without changing a decision. The service's model version."""
+        """sha256 of the card without the records that say how the model was made and measured
+        (:data:`RECORD_FIELDS`, the shield's ``chosen_by`` and ``calibration``, which ``record_figures`` and
+        ``write_trust`` rewrite without changing a decision), the graphs' (or scenarios') hashes included and the
+        shield as the band it runs (:meth:`shield_config`). The service's model version."""
         # Fields at their defaults are left out, so a field a later version of the code adds (with a default) does
         # not rename every deployed model; the shield goes in as the band it runs, defaults and all.
         served = self.model_dump(mode="json", exclude=set(RECORD_FIELDS) | {"shield"}, exclude_defaults=True)

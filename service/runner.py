@@ -77,13 +77,8 @@ def measured_with(measured: dict[str, Any], served: ShieldConfig) -> bool:
 
 
 def model_version(artifact: Artifact) -> str:
-    """``{algorithm}-{setting}-{digest[:12]}``: names what decides, not the card's bytes.
-
-    The digest is :meth:`model.artifact.ModelCard.served_sha256`: the graphs' hashes and every card field the
-    service reads, none of the records written after export (``evaluation.measured``, a shield calibration's
-    figures, the export's date). Recording figures on a served model leaves campaigns pinned to its version
-    bidding on it; a retrained graph, another shield band or other controller gains is another version.
-    """
+    """``{algorithm}-{setting}-{digest[:12]}``, the digest :meth:`model.artifact.ModelCard.served_sha256`: names
+    what decides, not the card's bytes (recording figures on a served model keeps its version)."""
     digest = artifact.card.served_sha256()[:12]  # of the card loaded, not read again: the directory may have changed
     return f"{artifact.card.algorithm}-{artifact.card.setting}-{digest}"
 
