@@ -829,12 +829,20 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
     body = json.loads((run_dir / "run.json").read_text())
     assert (run_dir / "epochs" / "controller.pt").is_file()  # start_at_controller: candidate -1 is kept too
     scores = run_scores(body)
-    for rule, options in (("best", []), ("from2", ["--select-from", "2"]), ("last", ["--selection-epoch", "last"])):
+    rules = (
+        ("best", []),
+        ("from2", ["--select-from", "2"]),
+        ("last", ["--selection-epoch", "last"]),
+        ("e1", ["--epoch", "1"]),  # by hand: a snapshot ensemble's member
+        ("e-1", ["--epoch", "-1"]),  # the untrained controller
+    )
+    for rule, options in rules:
         out = tmp_path / rule
         said = runner.invoke(app, ["reselect", str(run_dir), "--out", str(out), "--json", *options])
         assert said.exit_code == 0, said.output
         summary = json.loads(said.output)
-        wanted = {"best": kept_epoch(scores), "from2": kept_epoch(scores, "best", 2), "last": 3}[rule]
+        wanted = {"best": kept_epoch(scores), "from2": kept_epoch(scores, "best", 2), "last": 3, "e1": 1, "e-1": -1}
+        wanted = wanted[rule]
         assert summary["epoch"] == wanted and summary["validation_score"] == scores[wanted]
         saved, new = load_best(out)
         assert saved["epoch"] == wanted
@@ -847,6 +855,9 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
     assert load_best(tmp_path / "best")[0]["epoch"] == load_best(run_dir)[0]["epoch"]  # training's own choice
     assert json.loads((tmp_path / "from2").joinpath("run.json").read_text())["config"]["select_from"] == 2
     assert json.loads((tmp_path / "last").joinpath("run.json").read_text())["config"]["selection_epoch"] == "last"
+    by_hand = json.loads((tmp_path / "e1").joinpath("run.json").read_text())
+    assert by_hand["reselected_epoch"] == 1 and by_hand["config"] == body["config"]  # the run's own rule, unchanged
+    assert "reselected_epoch" not in json.loads((tmp_path / "last").joinpath("run.json").read_text())
     methods = f"{tmp_path / 'from2'},ensemble:pair={tmp_path}/[bl][ae]s*"  # from2 alone; best and last as one
     evaluation = ["evaluate", str(market), "--setting", "sc", "--methods", methods, "--out", str(tmp_path / "ev")]
     evaluated = runner.invoke(app, [*evaluation, "--json"])
@@ -865,12 +876,17 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
     assert itself.exit_code == 2
     past = runner.invoke(app, ["reselect", str(run_dir), "--out", str(tmp_path / "n2"), "--select-from", "4"])
     assert past.exit_code == 2 and "epochs 0-3" in past.output
+    beyond = runner.invoke(app, ["reselect", str(run_dir), "--out", str(tmp_path / "n4"), "--epoch", "4"])
+    assert beyond.exit_code == 2 and "epochs 0-3" in beyond.output
+    both = ["reselect", str(run_dir), "--out", str(tmp_path / "n5"), "--epoch", "1", "--select-from", "2"]
+    mixed = runner.invoke(app, both)
+    assert mixed.exit_code == 2 and "give one or the other" in mixed.output
     unfinished = tmp_path / "unfinished"
     shutil.copytree(run_dir, unfinished)
     (unfinished / "run.json").write_text(json.dumps({**body, "status": "training"}))
     said = runner.invoke(app, ["reselect", str(unfinished), "--out", str(tmp_path / "n3")])
     assert said.exit_code == 2 and "not finished" in said.output
-    assert not any((tmp_path / n).exists() for n in ("n1", "n2", "n3"))
+    assert not any((tmp_path / n).exists() for n in ("n1", "n2", "n3", "n4", "n5"))
     again = runner.invoke(app, [*args, "--epochs", "5", "--resume", "--out", str(tmp_path / "from2")])
     assert again.exit_code == 2 and "is a reselection of" in again.output
 

@@ -70,12 +70,18 @@ def snapshot_name(epoch: int) -> str:
     return CONTROLLER_SNAPSHOT if epoch == CONTROLLER_EPOCH else f"epoch-{epoch:03d}.pt"
 
 
-def reselect(run: Path, out: Path, selection_epoch: str = "best", select_from: int = 0) -> dict[str, Any]:
+def reselect(
+    run: Path, out: Path, selection_epoch: str = "best", select_from: int = 0, epoch: int | None = None
+) -> dict[str, Any]:
     """Write ``out`` as ``run`` with another epoch kept: ``best.pt`` the snapshot the rule picks, run.json the
     run's record with the rule in its config, the kept epoch's score as ``best_validation_score`` and
     ``kept_epoch`` and ``reselected_from``. ``run`` must be a finished ``--keep-epochs`` run; ``out`` a new or
     empty directory. ``out`` is a run directory for ``rcb evaluate`` and ``rcb export``, not for ``--resume``
-    (train ``run`` further, then reselect again). Returns ``out``'s run.json body."""
+    (train ``run`` further, then reselect again). Returns ``out``'s run.json body.
+
+    ``epoch``: keep that epoch (-1 the controller), whatever the validation days say, in place of a rule: how a
+    snapshot ensemble takes several epochs of one run as members. The config keeps the run's own rule, and
+    ``reselected_epoch`` records the hand-picked epoch."""
     run_file = run / "run.json"
     try:
         body = json.loads(run_file.read_text())
@@ -88,7 +94,12 @@ def reselect(run: Path, out: Path, selection_epoch: str = "best", select_from: i
             f"{run} was trained without --keep-epochs: only its own choice (best.pt) is on disk; train with"
             " --keep-epochs to choose another epoch afterwards"
         )
-    if select_from < 0 or select_from >= len(body["history"]):
+    if epoch is not None and (selection_epoch != "best" or select_from):
+        raise SelectionError("an explicit epoch replaces the selection rule: give one or the other")
+    epochs = len(body["history"])
+    if epoch is not None and not CONTROLLER_EPOCH <= epoch < epochs:
+        raise SelectionError(f"epoch {epoch}: the run has epochs 0-{epochs - 1} (and -1, its controller)")
+    if select_from < 0 or select_from >= epochs:
         raise SelectionError(f"--select-from {select_from}: the run has epochs 0-{len(body['history']) - 1}")
     if selection_epoch == "last" and select_from:
         raise SelectionError("--select-from applies to --selection-epoch best (the last epoch is past it anyway)")
@@ -97,8 +108,12 @@ def reselect(run: Path, out: Path, selection_epoch: str = "best", select_from: i
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SelectionError(f"--out {out} exists and is not an empty directory")
     scores = run_scores(body)
-    epoch = kept_epoch(scores, selection_epoch, select_from)
+    chosen_by_hand = epoch is not None
+    if epoch is None:
+        epoch = kept_epoch(scores, selection_epoch, select_from)
     assert epoch is not None  # a finished run has epochs
+    if epoch not in scores:
+        raise SelectionError(f"{run}: epoch {epoch} has no validation score on record")
     source = run / EPOCHS_DIR / snapshot_name(epoch)
     if not source.is_file():
         raise SelectionError(
@@ -110,7 +125,11 @@ def reselect(run: Path, out: Path, selection_epoch: str = "best", select_from: i
     for name in RESELECTION_FILES:
         if (run / name).is_file():
             shutil.copyfile(run / name, out / name)
-    config = {**body["config"], "selection_epoch": selection_epoch, "select_from": select_from}
+    config = (
+        body["config"]
+        if chosen_by_hand
+        else {**body["config"], "selection_epoch": selection_epoch, "select_from": select_from}
+    )
     new = {k: v for k, v in body.items() if k != "keep_epochs"}
     new.update(
         config=config,
@@ -118,5 +137,7 @@ def reselect(run: Path, out: Path, selection_epoch: str = "best", select_from: i
         kept_epoch=epoch,
         reselected_from=str(run),
     )
+    if chosen_by_hand:
+        new["reselected_epoch"] = epoch
     atomic_write_text(out / "run.json", json.dumps(new, indent=1, default=str))
     return new

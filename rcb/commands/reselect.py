@@ -29,6 +29,16 @@ def reselect_command(
             " candidates (6: the original problem's first epoch under the default curriculum).",
         ),
     ] = 0,
+    epoch: Annotated[
+        int | None,
+        typer.Option(
+            "--epoch",
+            min=-1,
+            help="Keep this epoch (-1: the untrained controller), whatever the validation days say; replaces"
+            " --selection-epoch and --select-from (a snapshot ensemble's members: one run's epochs, each reselected"
+            " into its own directory, then rcb export --run A --run B ...).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the choice as JSON.")] = False,
 ) -> None:
     """Write OUT as RUN with the epoch a selection rule keeps as its model (best.pt), read off RUN's recorded
@@ -38,7 +48,7 @@ def reselect_command(
     with user_errors():
         check_output_dir(out)
         try:
-            body = reselect(run, out, selection_epoch.value, select_from)
+            body = reselect(run, out, selection_epoch.value, select_from, epoch)
         except SelectionError as exc:
             raise fail(str(exc)) from None
     summary = {
