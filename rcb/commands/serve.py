@@ -135,23 +135,34 @@ def serve_command(
 
 
 def _check_can_listen(host: str, port: int, workers: int) -> None:
-    """Bind ``host:port`` as uvicorn will (SO_REUSEADDR; one worker: an IPv6 socket IPv6-only, as asyncio binds it),
-    before the app and its model load: a port in use or a host that does not resolve is a clear error with exit 2,
-    not uvicorn's exit 3 after the startup. An empty host (every interface to uvicorn) is left to uvicorn."""
+    """Bind ``host:port`` as uvicorn will, before the app and its model load: a port in use or a host that does
+    not resolve is a clear error with exit 2, not uvicorn's exit 3 after the startup. One worker: every address the
+    host resolves to, at once, an IPv6 socket IPv6-only (asyncio's ``create_server``: ``localhost`` is ``::1`` and
+    ``127.0.0.1``, and a conflict on either stops it). Several workers: the one socket uvicorn binds itself, IPv4
+    unless the host is an IPv6 address (``Config.bind_socket``). Every socket has SO_REUSEADDR, as uvicorn's. An
+    empty host (every interface to uvicorn) is left to uvicorn."""
     import socket
+    from contextlib import ExitStack
 
     if not host:
         return
+    family = socket.AF_UNSPEC if workers == 1 else socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise fail(f"--host {host!r} does not resolve ({exc.strerror})") from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6 and workers == 1:
-            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            raise fail(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    addresses = list(dict.fromkeys((*info[:3], info[4]) for info in infos))  # asyncio binds each once
+    if workers > 1:
+        addresses = addresses[:1]
+    with ExitStack() as bound:  # held together: two addresses of one host may collide with each other
+        for address_family, kind, proto, address in addresses:
+            probe = bound.enter_context(socket.socket(address_family, kind, proto))
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if address_family == socket.AF_INET6 and workers == 1:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                shown = f"[{address[0]}]" if address_family == socket.AF_INET6 else address[0]
+                where = f"{host}:{port}" if shown == host else f"{host}:{port} ({shown})"
+                raise fail(f"cannot listen on {where}: {exc.strerror}") from None

@@ -151,3 +151,47 @@ def test_the_listen_check_binds_as_uvicorn_does() -> None:
         _check_can_listen("", port, workers=1)
         with pytest.raises(typer.Exit):
             _check_can_listen("127.0.0.1", port, workers=1)
+
+
+def test_the_listen_check_binds_every_address_of_a_host_with_one_worker(monkeypatch) -> None:
+    """asyncio binds every address a host resolves to; the check bound only the first, so a conflict on a host's
+    second address (``localhost`` as ``::1`` then ``127.0.0.1``) surfaced as uvicorn's exit 3 after the model
+    loaded. With several workers uvicorn binds one IPv4 socket for a host name, so only that one is checked."""
+    import socket
+
+    import typer
+
+    from rcb.commands.serve import _check_can_listen
+
+    try:
+        with socket.socket(socket.AF_INET6) as v6:
+            v6.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    real = socket.getaddrinfo
+
+    def both(host, port, family=0, type=0, proto=0, flags=0):
+        """A localhost that resolves to ::1 first, as many hosts' does."""
+        if host != "dual.test":
+            return real(host, port, family, type, proto, flags)
+        v4 = (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))
+        v6 = (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0))
+        return [info for info in (v6, v4) if family in (socket.AF_UNSPEC, info[0])]
+
+    monkeypatch.setattr(socket, "getaddrinfo", both)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(typer.Exit):
+            _check_can_listen("dual.test", port, workers=1)  # the host's second address is taken
+        with pytest.raises(typer.Exit):
+            _check_can_listen("dual.test", port, workers=2)  # uvicorn's own socket: IPv4
+    with socket.socket(socket.AF_INET6) as v6:
+        v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        v6.bind(("::1", 0))
+        v6.listen()
+        port = v6.getsockname()[1]
+        with pytest.raises(typer.Exit):
+            _check_can_listen("dual.test", port, workers=1)
+        _check_can_listen("dual.test", port, workers=2)  # IPv4 only: no conflict for uvicorn's socket
