@@ -889,6 +889,21 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
     assert not any((tmp_path / n).exists() for n in ("n1", "n2", "n3", "n4", "n5"))
     again = runner.invoke(app, [*args, "--epochs", "5", "--resume", "--out", str(tmp_path / "from2")])
     assert again.exit_code == 2 and "is a reselection of" in again.output
+    # --snapshots: a snapshot ensemble's members, every epoch from --select-from (else the run's own) to the last.
+    said = runner.invoke(app, ["reselect", str(run_dir), "--out", str(tmp_path / "snaps"), "--snapshots", "--json"])
+    assert said.exit_code == 0, said.output
+    assert json.loads(said.output)["epochs"] == [0, 1, 2, 3]  # the run's own select_from: 0
+    late = ["reselect", str(run_dir), "--out", str(tmp_path / "late"), "--snapshots", "--select-from", "2"]
+    assert runner.invoke(app, late).exit_code == 0
+    assert sorted(p.name for p in (tmp_path / "late").iterdir()) == ["epoch-002", "epoch-003"]
+    for member in (tmp_path / "late").iterdir():
+        saved, member_body = load_best(member)
+        assert saved["epoch"] == member_body["reselected_epoch"] == int(member.name[-3:])
+    mixed = ["reselect", str(run_dir), "--out", str(tmp_path / "n6"), "--snapshots", "--epoch", "1"]
+    refused = runner.invoke(app, mixed)
+    assert refused.exit_code == 2 and "--snapshots" in refused.output and not (tmp_path / "n6").exists()
+    again = runner.invoke(app, late)
+    assert again.exit_code == 2 and "not an empty directory" in again.output
 
 
 class _Crash(Exception):

@@ -141,3 +141,22 @@ def reselect(
         new["reselected_epoch"] = epoch
     atomic_write_text(out / "run.json", json.dumps(new, indent=1, default=str))
     return new
+
+
+def snapshot_members(run: Path, out: Path, first: int | None = None) -> list[dict[str, Any]]:
+    """A snapshot ensemble's members of ``run``: every epoch from ``first`` to the last, each reselected
+    (:func:`reselect` with ``epoch``) into ``out/epoch-NNN``; ``first`` defaults to the run's own ``select_from``
+    (the SC default's 18 of 24: the last quarter). ``out`` must be new or empty. Play the members of several runs as
+    one bidder with ``ensemble:LABEL=OUT*/epoch-*`` or export them with ``rcb export --run`` (RESULTS.md, rule H).
+    Returns the members' run.json bodies, in epoch order."""
+    try:
+        body = json.loads((run / "run.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SelectionError(f"{run}: not a training run directory ({exc})") from None
+    epochs = len(body.get("history", []))
+    start = int(body.get("config", {}).get("select_from") or 0) if first is None else first
+    if not 0 <= start < max(epochs, 1):
+        raise SelectionError(f"--select-from {start}: the run has epochs 0-{epochs - 1}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SelectionError(f"--out {out} exists and is not an empty directory")
+    return [reselect(run, out / f"epoch-{epoch:03d}", epoch=epoch) for epoch in range(start, epochs)]

@@ -21,14 +21,15 @@ def reselect_command(
         ),
     ] = SelectionEpochChoice.best,
     select_from: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--select-from",
             min=0,
             help="With best: the first epoch that may be kept; earlier epochs and the untrained controller are not"
-            " candidates (6: the original problem's first epoch under the default curriculum).",
+            " candidates (6: the original problem's first epoch under the default curriculum; default 0). With"
+            " --snapshots: the first member (default: the run's own select_from).",
         ),
-    ] = 0,
+    ] = None,
     epoch: Annotated[
         int | None,
         typer.Option(
@@ -39,16 +40,41 @@ def reselect_command(
             " into its own directory, then rcb export --run A --run B ...).",
         ),
     ] = None,
+    snapshots: Annotated[
+        bool,
+        typer.Option(
+            "--snapshots",
+            help="Write a snapshot ensemble's members instead: every epoch from --select-from (default: the run's"
+            " own, the last quarter for the SC default) to the last, each reselected into OUT/epoch-NNN; play several"
+            " runs' members as ensemble:LABEL='OUT*/epoch-*' or export them with rcb export --run (RESULTS.md,"
+            " rule H).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the choice as JSON.")] = False,
 ) -> None:
     """Write OUT as RUN with the epoch a selection rule keeps as its model (best.pt), read off RUN's recorded
     validation scores and its epochs/ snapshots; OUT is a run directory for rcb evaluate and rcb export."""
-    from training.epoch_selection import SelectionError, reselect
+    from training.epoch_selection import SelectionError, reselect, snapshot_members
 
     with user_errors():
         check_output_dir(out)
+        if snapshots:
+            if epoch is not None or selection_epoch.value != "best":
+                raise fail(
+                    "--snapshots keeps every epoch from --select-from on; it takes no --epoch or --selection-epoch"
+                )
+            try:
+                members = snapshot_members(run, out, select_from)
+            except SelectionError as exc:
+                raise fail(str(exc)) from None
+            said = {"out": str(out), "run": str(run), "epochs": [m["kept_epoch"] for m in members]}
+            if as_json:
+                print_json(said)
+            else:
+                typer.echo(f"{out}: {len(members)} members of {run}, epochs {said['epochs'][0]}-{said['epochs'][-1]}")
+            return
         try:
-            body = reselect(run, out, selection_epoch.value, select_from, epoch)
+            body = reselect(run, out, selection_epoch.value, select_from or 0, epoch)
         except SelectionError as exc:
             raise fail(str(exc)) from None
     summary = {
