@@ -82,31 +82,19 @@ def reselect(
     ``epoch``: keep that epoch (-1 the controller), whatever the validation days say, in place of a rule: how a
     snapshot ensemble takes several epochs of one run as members. The config keeps the run's own rule, and
     ``reselected_epoch`` records the hand-picked epoch."""
-    run_file = run / "run.json"
-    try:
-        body = json.loads(run_file.read_text())
-    except (OSError, ValueError) as exc:
-        raise SelectionError(f"{run}: not a training run directory ({run_file}: {exc})") from None
-    if body.get("status") != "done":
-        raise SelectionError(f"{run}: the run is not finished (status {body.get('status')!r}); resume it first")
-    if not body.get("keep_epochs"):
-        raise SelectionError(
-            f"{run} was trained without --keep-epochs: only its own choice (best.pt) is on disk; train with"
-            " --keep-epochs to choose another epoch afterwards"
-        )
+    body = _finished_run(run)
     if epoch is not None and (selection_epoch != "best" or select_from):
         raise SelectionError("an explicit epoch replaces the selection rule: give one or the other")
     epochs = len(body["history"])
     if epoch is not None and not CONTROLLER_EPOCH <= epoch < epochs:
         raise SelectionError(f"epoch {epoch}: the run has epochs 0-{epochs - 1} (and -1, its controller)")
     if select_from < 0 or select_from >= epochs:
-        raise SelectionError(f"--select-from {select_from}: the run has epochs 0-{len(body['history']) - 1}")
+        raise SelectionError(f"--select-from {select_from}: the run has epochs 0-{epochs - 1}")
     if selection_epoch == "last" and select_from:
         raise SelectionError("--select-from applies to --selection-epoch best (the last epoch is past it anyway)")
     if out.resolve() == run.resolve():
         raise SelectionError(f"--out {out} is the run itself; reselect into a new directory")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise SelectionError(f"--out {out} exists and is not an empty directory")
+    _check_empty(out)
     scores = run_scores(body)
     chosen_by_hand = epoch is not None
     if epoch is None:
@@ -149,14 +137,33 @@ def snapshot_members(run: Path, out: Path, first: int | None = None) -> list[dic
     (the SC default's 18 of 24: the last quarter). ``out`` must be new or empty. Play the members of several runs as
     one bidder with ``ensemble:LABEL=OUT*/epoch-*`` or export them with ``rcb export --run`` (RESULTS.md, rule H).
     Returns the members' run.json bodies, in epoch order."""
-    try:
-        body = json.loads((run / "run.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise SelectionError(f"{run}: not a training run directory ({exc})") from None
-    epochs = len(body.get("history", []))
-    start = int(body.get("config", {}).get("select_from") or 0) if first is None else first
-    if not 0 <= start < max(epochs, 1):
+    body = _finished_run(run)  # refused before any member is written
+    epochs = len(body["history"])
+    start = int(body["config"].get("select_from") or 0) if first is None else first
+    if not 0 <= start < epochs:
         raise SelectionError(f"--select-from {start}: the run has epochs 0-{epochs - 1}")
+    _check_empty(out)
+    return [reselect(run, out / f"epoch-{epoch:03d}", epoch=epoch) for epoch in range(start, epochs)]
+
+
+def _finished_run(run: Path) -> dict[str, Any]:
+    """``run``'s run.json body, refused unless the run finished with ``--keep-epochs`` (its snapshots on disk)."""
+    run_file = run / "run.json"
+    try:
+        body = json.loads(run_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise SelectionError(f"{run}: not a training run directory ({run_file}: {exc})") from None
+    if body.get("status") != "done":
+        raise SelectionError(f"{run}: the run is not finished (status {body.get('status')!r}); resume it first")
+    if not body.get("keep_epochs"):
+        raise SelectionError(
+            f"{run} was trained without --keep-epochs: only its own choice (best.pt) is on disk; train with"
+            " --keep-epochs to choose another epoch afterwards"
+        )
+    return body
+
+
+def _check_empty(out: Path) -> None:
+    """A reselection writes into a new or empty directory only."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SelectionError(f"--out {out} exists and is not an empty directory")
-    return [reselect(run, out / f"epoch-{epoch:03d}", epoch=epoch) for epoch in range(start, epochs)]

@@ -164,5 +164,5 @@ def _check_can_listen(host: str, port: int, workers: int) -> None:
                 probe.bind(address)
             except OSError as exc:
                 shown = f"[{address[0]}]" if address_family == socket.AF_INET6 else address[0]
-                where = f"{host}:{port}" if shown == host else f"{host}:{port} ({shown})"
+                where = f"{host}:{port}" if address[0] == host else f"{host}:{port} ({shown})"
                 raise fail(f"cannot listen on {where}: {exc.strerror}") from None
