@@ -4,7 +4,10 @@
 # presets of training/market/suite.py (bench, sparse, shifted, volatile; seed 0, prior MC constraints),
 # plus the two importer fixtures (tests/fixtures), which are too small to train on: there the shipped
 # model and the baselines play, with and without the shield. CBRL plays as its SEEDS runs (run k with
-# seed k) and as one ensemble of them (ensemble:, the median log-ratio), each with and without the shield.
+# seed k) and as one ensemble of them (ensemble:, the median log-ratio), each with and without the shield. In SC the
+# ensemble is the SC default's snapshot ensemble (RESULTS.md, rule H): the SC runs train with --keep-epochs and every
+# epoch of each run's last quarter becomes a member (rcb reselect --snapshots: $RUNS/<market>/sc/snapshots/cbrl-s<k>/
+# epoch-NNN); in MC it is the runs as trained (MC's early epochs validate best: rule N).
 # The paper's RL rivals (RIVALS: Hard, CRL, USCB, RCPO) are trained with the same seeds and play beside it,
 # with and without the shield; USCB's gamma and RCPO's dual-ascent step are the values scripts/results.sh
 # validated per setting.
@@ -90,7 +93,7 @@ for seed in $(seq 0 $((SEEDS - 1))); do
   for market in $MARKETS; do
     for setting in $SETTINGS; do
       echo "$DATA/$market $setting cbrl $seed $RUNS/$market/$setting/cbrl-s$seed$([ "$FOLDS" = 1 ] &&
-        echo " --validation-fold $seed")"
+        echo " --validation-fold $seed")$([ "$setting" = sc ] && echo " --keep-epochs")"
     done
   done
 done | run_jobs
@@ -105,6 +108,32 @@ for seed in $(seq 0 $((SEEDS - 1))); do
     done
   done
 done | TRAIN_ARGS= run_jobs
+# SC's snapshot members, rebuilt when their run changed (a resumed or retrained run); written beside and moved into
+# place, so an interrupted rebuild never passes for a finished one.
+snapshots() {  # RUN DIR
+  local run=$1 dir=$2
+  if [ -d "$dir" ] && [ ! "$run/run.json" -nt "$dir" ]; then
+    return 0
+  fi
+  rm -rf "$dir" "$dir.partial"
+  mkdir -p "$(dirname "$dir")"
+  if ! .venv/bin/rcb reselect "$run" --out "$dir.partial" --snapshots --json > "$dir.log" 2>&1; then
+    echo "snapshot members of $run failed; see $dir.log" >&2
+    return 1
+  fi
+  mv "$dir.partial" "$dir"
+  echo "snapshot members of $run in $dir"
+}
+if [[ " $SETTINGS " == *" sc "* ]]; then
+  for market in $MARKETS; do
+    for seed in $(seq 0 $((SEEDS - 1))); do
+      snapshots "$RUNS/$market/sc/cbrl-s$seed" "$RUNS/$market/sc/snapshots/cbrl-s$seed"
+    done
+  done
+fi
+ensemble_glob() {  # MARKET SETTING: the members of the CBRL ensemble (the SC snapshot ensemble, MC's runs)
+  if [ "$2" = sc ]; then echo "$RUNS/$1/sc/snapshots/cbrl-s*/epoch-*"; else echo "$RUNS/$1/$2/cbrl-s*"; fi
+}
 
 # 3. Evaluations, $JOBS at once (each redone when a run finished after it was written).
 evaluate_one() {  # MARKET_DIR SETTING SPLIT OUT METHODS
@@ -126,7 +155,8 @@ mkdir -p "$OUT"
   for market in $MARKETS; do
     for setting in $SETTINGS; do
       runs="$RUNS/$market/$setting/cbrl-s*"
-      methods="rm,pid,cem,cbrl=$runs,shield:cbrl=$runs,ensemble:cbrl=$runs,shield:ensemble:cbrl=$runs"
+      members=$(ensemble_glob "$market" "$setting")
+      methods="rm,pid,cem,cbrl=$runs,shield:cbrl=$runs,ensemble:cbrl=$members,shield:ensemble:cbrl=$members"
       for algo in $RIVALS; do
         methods="$methods,$algo=$RUNS/$market/$setting/$algo-s*,shield:$algo=$RUNS/$market/$setting/$algo-s*"
       done
@@ -138,7 +168,7 @@ mkdir -p "$OUT"
       # Model selection between the runs and their ensemble reads the validation days only (fold 0: with FOLDS=1
       # those are training days of four runs in five, so the ensemble ships).
       [ "$FOLDS" = 1 ] ||
-        echo "$DATA/$market $setting validation $OUT/$market/$setting-validation pid,cbrl=$runs,ensemble:cbrl=$runs"
+        echo "$DATA/$market $setting validation $OUT/$market/$setting-validation pid,cbrl=$runs,ensemble:cbrl=$members"
     done
   done
   if [ "$FIXTURES" = 1 ]; then
