@@ -7,7 +7,9 @@
 # running gap.
 #
 #   bash scripts/long_ood.sh                        # the shipped model (MC) on the four markets, 100 OOD days
-#   SC_RUNS=runs/suite bash scripts/long_ood.sh     # also each market's SC ensemble, $SC_RUNS/M/sc/cbrl-s*
+#   SC_RUNS=runs/suite bash scripts/long_ood.sh     # also each market's SC ensemble: the snapshot members
+#                                                   # $SC_RUNS/M/sc/snapshots/cbrl-s*/epoch-* that scripts/suite.sh
+#                                                   # builds (the SC default), else the runs $SC_RUNS/M/sc/cbrl-s*
 #
 # Settings: DAYS_OOD (100), MARKETS ("bench sparse shifted volatile"), MODEL (models/default), DATA
 # (data/long-ood-$DAYS_OOD), OUT (out/long-ood-$DAYS_OOD); paths are relative to the repository root. Resumable:
@@ -46,7 +48,8 @@ for market in $MARKETS; do
   fi
   evaluate "$DATA/$market" mc "$OUT/$market/mc" "onnx:$MODEL" "$(sha256sum "$MODEL/model.json" | cut -c1-16)"
   rows+=(--row "$market MC" "$OUT/$market/mc/episodes.csv" "shield:onnx:$MODEL")
-  runs="${SC_RUNS:-}/$market/sc/cbrl-s*"
+  runs="${SC_RUNS:-}/$market/sc/snapshots/cbrl-s*/epoch-*"
+  compgen -G "$runs" > /dev/null || runs="${SC_RUNS:-}/$market/sc/cbrl-s*"
   if [ -n "${SC_RUNS:-}" ] && compgen -G "$runs" > /dev/null; then
     evaluate "$DATA/$market" sc "$OUT/$market/sc" "ensemble:cbrl=$runs" "$(cat $runs/best.pt 2>/dev/null | sha256sum | cut -c1-16)"
     rows+=(--row "$market SC" "$OUT/$market/sc/episodes.csv" "shield:ensemble:cbrl")

@@ -108,26 +108,11 @@ for seed in $(seq 0 $((SEEDS - 1))); do
     done
   done
 done | TRAIN_ARGS= run_jobs
-# SC's snapshot members, rebuilt when their run changed (a resumed or retrained run); written beside and moved into
-# place, so an interrupted rebuild never passes for a finished one.
-snapshots() {  # RUN DIR
-  local run=$1 dir=$2
-  if [ -d "$dir" ] && [ ! "$run/run.json" -nt "$dir" ]; then
-    return 0
-  fi
-  rm -rf "$dir" "$dir.partial"
-  mkdir -p "$(dirname "$dir")"
-  if ! .venv/bin/rcb reselect "$run" --out "$dir.partial" --snapshots --json > "$dir.log" 2>&1; then
-    echo "snapshot members of $run failed; see $dir.log" >&2
-    return 1
-  fi
-  mv "$dir.partial" "$dir"
-  echo "snapshot members of $run in $dir"
-}
+# SC's snapshot members (snapshot_members, scripts/train_one.sh), rebuilt when their run changed.
 if [[ " $SETTINGS " == *" sc "* ]]; then
   for market in $MARKETS; do
     for seed in $(seq 0 $((SEEDS - 1))); do
-      snapshots "$RUNS/$market/sc/cbrl-s$seed" "$RUNS/$market/sc/snapshots/cbrl-s$seed"
+      snapshot_members "$RUNS/$market/sc/cbrl-s$seed" "$RUNS/$market/sc/snapshots/cbrl-s$seed"
     done
   done
 fi

@@ -4,6 +4,9 @@
 #                                                           # train days (refused when the config differs: a
 #                                                           # changed default or option), resumed when interrupted
 #   ... | run_jobs                                          # one train_run per line, $JOBS at once
+#   snapshot_members RUN DIR                                # a snapshot ensemble's members of a finished
+#                                                           # --keep-epochs run (rcb reselect --snapshots) in DIR;
+#                                                           # kept unless RUN changed since, rebuilt whole if so
 # Logs: <dir of OUT's setting>/../logs/<OUT with / as _>.log; $TRAIN_ARGS is added to every run.
 train_run() {
   local data=$1 setting=$2 algo=$3 seed=$4 out=$5
@@ -27,3 +30,24 @@ train_run() {
 }
 export -f train_run
 run_jobs() { xargs -r -P "${JOBS:-2}" -L 1 bash -c 'train_run "$@"' _; }  # -r: no input, no run
+
+snapshot_members() {
+  local run=$1 dir=$2
+  if [ -d "$dir" ] && [ ! "$run/run.json" -nt "$dir" ]; then
+    echo "already built $dir"
+    return 0
+  fi
+  # Written beside (hidden from a members glob such as snapshots/cbrl-s*/epoch-*) and moved into place: an
+  # interrupted build never passes for a whole one.
+  local partial
+  partial="$(dirname "$dir")/.partial-$(basename "$dir")"
+  rm -rf "$dir" "$partial"
+  mkdir -p "$(dirname "$dir")"
+  if ! .venv/bin/rcb reselect "$run" --out "$partial" --snapshots --json > "$dir.log" 2>&1; then
+    echo "snapshot members of $run failed; see $dir.log" >&2
+    return 1
+  fi
+  mv "$partial" "$dir"
+  touch "$dir"  # newer than the run it was built from, whatever the rename kept
+  echo "built $dir"
+}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -349,6 +351,40 @@ def test_scripts_train_run_skips_a_finished_run_and_refuses_a_changed_one(market
     log = (tmp_path / "runs" / "logs" / f"{str(out).replace('/', '_')}.log").read_text()
     assert "epoch   0" in log and "n_step 8, not 4" in " ".join(log.split())  # appended: the training log is kept
     assert (out / "run.json").read_bytes() == recorded
+
+
+def test_scripts_snapshot_members_builds_once_and_rebuilds_a_changed_run(market: Path, tmp_path: Path):
+    """``scripts/train_one.sh``'s ``snapshot_members`` (what suite.sh runs for SC's snapshot ensemble): every late
+    epoch of a finished ``--keep-epochs`` run as a member directory; a rerun keeps them; a run that changed since
+    (resumed, retrained) gets them rebuilt whole; a run without snapshots fails loudly and leaves nothing."""
+    repo = Path(__file__).resolve().parents[1]
+    run_dir, members = tmp_path / "runs" / "cbrl-s0", tmp_path / "runs" / "snapshots" / "cbrl-s0"
+    train = [*sc_cbrl(market), "--epochs", "3", "--select-from", "1", "--keep-epochs", "--out", str(run_dir)]
+    assert runner.invoke(app, train).exit_code == 0
+
+    def build(run: Path = run_dir) -> subprocess.CompletedProcess[str]:
+        script = f"source scripts/train_one.sh; snapshot_members {run} {members}"
+        return subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True, timeout=300)
+
+    first = build()
+    assert first.returncode == 0 and first.stdout.strip() == f"built {members}", first.stderr
+    assert sorted(p.name for p in members.iterdir()) == ["epoch-001", "epoch-002"]  # from select_from to the last
+    assert sorted(p.name for p in members.parent.iterdir()) == ["cbrl-s0", "cbrl-s0.log"]  # no partial left
+    again = build()
+    assert again.returncode == 0 and again.stdout.strip() == f"already built {members}", again.stderr
+    stale = members / "epoch-001" / "stale"
+    stale.touch()
+    os.utime(run_dir / "run.json", (time.time() + 5, time.time() + 5))  # the run changed after its members
+    rebuilt = build()
+    assert rebuilt.returncode == 0 and rebuilt.stdout.strip() == f"built {members}", rebuilt.stderr
+    assert not stale.exists() and sorted(p.name for p in members.iterdir()) == ["epoch-001", "epoch-002"]
+    plain = tmp_path / "plain"
+    assert runner.invoke(app, [*sc_cbrl(market), "--epochs", "1", "--out", str(plain)]).exit_code == 0
+    shutil.rmtree(members)
+    refused = build(plain)
+    assert refused.returncode != 0 and "snapshot members of" in refused.stderr
+    assert "without --keep-epochs" in members.with_name("cbrl-s0.log").read_text()
+    assert not members.exists() and not (members.parent / ".partial-cbrl-s0").exists()
 
 
 def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
