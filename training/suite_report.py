@@ -232,7 +232,8 @@ def table(root: Path, name: str = "CBRL") -> str:
     legend = (
         f"Cells: median ANS over seeds (mean CSR). {name}: `rcb train` trained on the market's"
         f" train days, one run per seed; {name} ensemble: those runs as one bidder (the median of their"
-        " log-ratios), played with every seed; default model: the shipped"
+        " log-ratios; in SC, as scripts/suite.sh plays it, every epoch of each run's last quarter as a member: the"
+        " SC default's snapshot ensemble), played with every seed; default model: the shipped"
         " `models/default` (trained on the benchmark"
         " market), a transfer check; selected: what training/selection.py's rule picks on the validation"
         " days (ens.: the ensemble; sK: the run of seed K, its one seed's episodes); shield:selected - PID: the mean"
