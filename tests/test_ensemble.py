@@ -127,6 +127,26 @@ def test_an_exported_ensemble_is_one_ordinary_model_that_plays_as_the_torch_ense
         np.testing.assert_allclose(rows["delivery"].to_numpy(), torch_outcome.delivery, rtol=2e-2)
 
 
+def test_export_reads_a_quoted_glob_as_every_run_it_matches(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path):
+    """``rcb export --run 'DIR/cbrl-s*/epoch-*'``: a snapshot ensemble's members in one option, sorted as ``rcb
+    evaluate``'s ``ensemble:LABEL=GLOB`` reads them; a glob matching no run is refused and writes nothing."""
+    import shutil
+
+    exported = exported_runs(tmp_path_factory)
+    members = [tmp_path / "snapshots" / f"cbrl-s{k}" / f"epoch-00{e}" for k in (1, 0) for e in (3, 2)]
+    for member in members:
+        shutil.copytree(exported.cbrl_run, member)
+    (tmp_path / "snapshots" / "cbrl-s0" / "epoch-009").mkdir()  # no run.json: not a member
+    out = tmp_path / "model"
+    pattern = f"{tmp_path}/snapshots/cbrl-s*/epoch-*"
+    result = CliRunner().invoke(app, ["export", "--run", pattern, "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert load_artifact(out).card.training.members == [str(m) for m in sorted(members)]
+    nothing = CliRunner().invoke(app, ["export", "--run", f"{tmp_path}/nope-*", "--out", str(tmp_path / "m2")])
+    assert nothing.exit_code == 2 and "matches no training run directory" in nothing.output
+    assert not (tmp_path / "m2").exists()
+
+
 def test_an_ensemble_refuses_runs_that_do_not_belong_together(tmp_path_factory: pytest.TempPathFactory):
     exported = exported_runs(tmp_path_factory)
     with pytest.raises(RunError, match="with and without"):

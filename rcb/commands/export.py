@@ -5,6 +5,7 @@ its parameters tuned there, as a model the service and `rcb evaluate onnx:MODEL_
 
 from __future__ import annotations
 
+import glob
 import json
 from pathlib import Path
 from typing import Annotated
@@ -24,6 +25,23 @@ def _steps(run: Path) -> int:
     return 3 if algo == "cbrl" else 2
 
 
+def expand_runs(runs: list[Path]) -> list[Path]:
+    """Each ``--run`` as given, or, for a glob that is no path itself (a snapshot ensemble's members,
+    ``DIR/cbrl-s*/epoch-*``), the sorted run directories it matches, as ``ensemble:LABEL=GLOB`` reads them in
+    ``rcb evaluate``; a glob that matches none is a clear error."""
+    expanded: list[Path] = []
+    for run in runs:
+        text = str(run)
+        if run.exists() or not any(c in text for c in "*?["):
+            expanded.append(run)
+            continue
+        matches = sorted(Path(p) for p in glob.glob(text) if (Path(p) / "run.json").is_file())
+        if not matches:
+            raise fail(f"--run {text}: matches no training run directory (with a run.json)")
+        expanded.extend(matches)
+    return expanded
+
+
 def export_command(
     out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
     runs: Annotated[
@@ -31,7 +49,8 @@ def export_command(
         typer.Option(
             "--run",
             help="Training run directory (rcb train --out RUN). Repeat it to export several runs of one market and"
-            " setting as one ensemble model (the median of their log-ratios).",
+            " setting as one ensemble model (the median of their log-ratios); a quoted glob names every run it"
+            " matches ('DIR/cbrl-s*/epoch-*': a snapshot ensemble's members).",
         ),
     ] = None,
     plan: Annotated[
@@ -64,6 +83,7 @@ def export_command(
         _export_plan(plan, setting, out, force, as_json)
         return
     assert runs
+    runs = expand_runs(runs)
     with user_errors():
         try:
             check_output_dir(out)
