@@ -120,10 +120,13 @@ ensemble_glob() {  # MARKET SETTING: the members of the CBRL ensemble (the SC sn
   if [ "$2" = sc ]; then echo "$RUNS/$1/sc/snapshots/cbrl-s*/epoch-*"; else echo "$RUNS/$1/$2/cbrl-s*"; fi
 }
 
-# 3. Evaluations, $JOBS at once (each redone when a run finished after it was written).
+# 3. Evaluations, $JOBS at once (each redone when a run of its market and setting, or a snapshot member, was written
+#    after it).
 evaluate_one() {  # MARKET_DIR SETTING SPLIT OUT METHODS
   local data=$1 setting=$2 split=$3 out=$4 methods=$5
-  if [ -f "$out/summary.json" ] && [ -z "$(find "$RUNS" -name run.json -newer "$out/summary.json" | head -1)" ]; then
+  local runs="$RUNS/$(basename "$data")/$setting"  # what this evaluation plays (the fixtures: no runs of their own)
+  if [ -f "$out/summary.json" ] && { [ ! -d "$runs" ] ||
+    [ -z "$(find "$runs" -name run.json -newer "$out/summary.json" | head -1)" ]; }; then
     return 0
   fi
   if ! .venv/bin/rcb evaluate "$data" --setting "$setting" --split "$split" --seeds "$SEEDS" --methods "$methods" \
