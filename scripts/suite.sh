@@ -109,15 +109,16 @@ for seed in $(seq 0 $((SEEDS - 1))); do
   done
 done | TRAIN_ARGS= run_jobs
 # SC's snapshot members (snapshot_members, scripts/train_one.sh), rebuilt when their run changed.
+snapshots_dir() { echo "$RUNS/$1/sc/snapshots"; }  # MARKET: where its SC runs' members are built and played from
 if [[ " $SETTINGS " == *" sc "* ]]; then
   for market in $MARKETS; do
     for seed in $(seq 0 $((SEEDS - 1))); do
-      snapshot_members "$RUNS/$market/sc/cbrl-s$seed" "$RUNS/$market/sc/snapshots/cbrl-s$seed"
+      snapshot_members "$RUNS/$market/sc/cbrl-s$seed" "$(snapshots_dir "$market")/cbrl-s$seed"
     done
   done
 fi
 ensemble_glob() {  # MARKET SETTING: the members of the CBRL ensemble (the SC snapshot ensemble, MC's runs)
-  if [ "$2" = sc ]; then echo "$RUNS/$1/sc/snapshots/cbrl-s*/epoch-*"; else echo "$RUNS/$1/$2/cbrl-s*"; fi
+  if [ "$2" = sc ]; then echo "$(snapshots_dir "$1")/cbrl-s*/epoch-*"; else echo "$RUNS/$1/$2/cbrl-s*"; fi
 }
 
 # 3. Evaluations, $JOBS at once (each redone when a run of its market and setting, or a snapshot member, was written

@@ -81,6 +81,12 @@ def is_model_method(method: str) -> bool:
     return method.startswith(ONNX_PREFIX) and (Path(method[len(ONNX_PREFIX) :]) / "model.json").is_file()
 
 
+def runs_matching(pattern: str) -> list[Path]:
+    """The training run directories a glob matches, sorted: the members of ``LABEL=GLOB`` here and of ``rcb export
+    --run 'GLOB'``, so both read one pattern as the same runs in the same order."""
+    return [p for p in sorted(Path(p) for p in glob.glob(pattern)) if is_run_dir(str(p))]
+
+
 def run_group(method: str) -> tuple[str, list[Path]] | None:
     """``LABEL=GLOB``: the training runs of one method, one per seed (``cbrl=runs/sc/cbrl-s*``), or None.
 
@@ -94,7 +100,7 @@ def run_group(method: str) -> tuple[str, list[Path]] | None:
     if group is None:
         return None
     label, pattern = group
-    runs = [p for p in sorted(Path(p) for p in glob.glob(pattern)) if is_run_dir(str(p))]
+    runs = runs_matching(pattern)
     if not runs:
         raise EvaluationError(f"{method!r}: {pattern} matches no training run directory (with a run.json)")
     return label, runs

@@ -5,7 +5,6 @@ its parameters tuned there, as a model the service and `rcb evaluate onnx:MODEL_
 
 from __future__ import annotations
 
-import glob
 import json
 from pathlib import Path
 from typing import Annotated
@@ -28,14 +27,16 @@ def _steps(run: Path) -> int:
 def expand_runs(runs: list[Path]) -> list[Path]:
     """Each ``--run`` as given, or, for a glob that is no path itself (a snapshot ensemble's members,
     ``DIR/cbrl-s*/epoch-*``), the sorted run directories it matches, as ``ensemble:LABEL=GLOB`` reads them in
-    ``rcb evaluate``; a glob that matches none is a clear error."""
+    ``rcb evaluate`` (:func:`training.evaluate.runs_matching`, shared); a glob that matches none is a clear error."""
+    from training.evaluate import runs_matching
+
     expanded: list[Path] = []
     for run in runs:
         text = str(run)
         if run.exists() or not any(c in text for c in "*?["):
             expanded.append(run)
             continue
-        matches = sorted(Path(p) for p in glob.glob(text) if (Path(p) / "run.json").is_file())
+        matches = runs_matching(text)
         if not matches:
             raise fail(f"--run {text}: matches no training run directory (with a run.json)")
         expanded.extend(matches)
