@@ -6,10 +6,10 @@ back). The shield bounds it, slot by slot, from the campaign's cumulative stats 
 
 * the reference is the PID controller of :mod:`model.controller` on the same history;
 * the allowed band is ``[c * exp(-w_below), c * exp(+w_above)]`` around the controller's ratio ``c``;
-* each half-width is ``wide`` while the constraints are safe (below: ``wide_below`` where set) and narrows as a
-  threat grows, to ``tight`` below the controller and to ``tight_above`` above it (both threats are threats of
-  overbidding, so the upper edge may close further than the lower one, even below the controller's ratio, while
-  the lower edge still lifts a collapsing policy); the ROI threat rises as the cumulative ROI falls from
+* each half-width is ``wide`` while the constraints are safe and narrows as a threat grows, to ``tight``
+  below the controller and to ``tight_above`` above it (both threats are threats of overbidding, so the
+  upper edge may close further than the lower one, even below the controller's ratio, while the lower edge
+  still lifts a collapsing policy); the ROI threat rises as the cumulative ROI falls from
   ``L * (1 + roi_slack)`` to ``L * (1 - roi_alarm)``,
   the budget threat as the spend runs ahead of the day's traffic plan by up to ``pace_alarm``;
 * with a budget, the ROI threat is weighed by how much of B the day has spent, up to ``roi_min_spend``: a
@@ -53,10 +53,6 @@ class ShieldConfig:
 
     wide: float = 0.7
     """Half-width of the band while safe: the policy may bid from half to twice the controller's ratio."""
-    wide_below: float | None = None
-    """Half-width below the controller's ratio while safe, where it differs from ``wide`` (None: ``wide``): a
-    smaller one lifts a timid policy toward its controller while the constraints are safe, when it would leave
-    delivery the controller takes (0.3: to at least 74% of the controller's ratio in every state)."""
     tight: float = 0.3
     """Half-width below the controller's ratio under full threat: a collapsing policy is lifted to about 74% of
     the controller's ratio."""
@@ -89,8 +85,6 @@ class ShieldConfig:
     def __post_init__(self) -> None:
         if not 0 < self.tight <= self.wide:
             raise ValueError("need 0 < tight <= wide")
-        if self.wide_below is not None and not self.tight <= self.wide_below <= self.wide:
-            raise ValueError("need tight <= wide_below <= wide")
         if not -self.tight < self.tight_above <= self.wide:
             raise ValueError("need -tight < tight_above <= wide")
         if self.roi_slack < 0 or self.roi_alarm < 0 or self.roi_slack + self.roi_alarm <= 0:
@@ -150,8 +144,7 @@ def shield(
         raise ValueError(f"proposed must be ({history.n},), got {proposed.shape}")
     reference = controller_ratios(history, gains)
     threat = threat_level(history, gains, config)
-    wide_below = config.wide if config.wide_below is None else config.wide_below
-    below = wide_below * (1 - threat) + config.tight * threat + config.trust
+    below = config.wide * (1 - threat) + config.tight * threat + config.trust
     above = config.wide * (1 - threat) + config.tight_above * threat + config.trust
     low = np.clip(reference * np.exp(-below), RATIO_FLOOR, RATIO_MAX)
     high = np.clip(reference * np.exp(above), RATIO_FLOOR, RATIO_MAX)

@@ -250,26 +250,3 @@ def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: py
     (folded / "model.json").write_text(json.dumps(card))
     with pytest.raises(EvaluationError, match="held out validation fold 1"):
         sweep(exported.market, "validation", SETTING, f"onnx:{folded}", configs, seeds=1)
-
-
-def test_a_narrower_lower_edge_while_safe_lifts_a_timid_policy_and_leaves_the_upper_edge():
-    """``wide_below``: the lower half-width while safe, narrowing to ``tight`` under threat as ``wide`` does."""
-    gains = ControllerGains()
-    healthy = history_with(roi=1.5)
-    reference = controller_ratios(healthy, gains)[0]
-    timid, default = ShieldConfig(wide_below=0.3), ShieldConfig()
-    out = shield(healthy, np.array([0.6 * reference]), gains, timid)
-    assert out.threat[0] == 0.0 and out.acted[0]
-    assert out.ratio[0] == pytest.approx(reference * np.exp(-0.3))
-    assert out.high[0] == pytest.approx(shield(healthy, np.array([reference]), gains, default).high[0])
-    # The default band lets the same proposal through: 0.6 is above exp(-0.7) = 0.497.
-    assert not shield(healthy, np.array([0.6 * reference]), gains, default).acted[0]
-    # Under full threat both configs narrow below to the same tight edge.
-    losing = history_with(roi=0.6)
-    assert shield(losing, np.array([0.1]), gains, timid).low[0] == pytest.approx(
-        shield(losing, np.array([0.1]), gains, default).low[0]
-    )
-    with pytest.raises(ValueError, match="wide_below"):
-        ShieldConfig(wide_below=0.2)  # below tight: narrower while safe than under threat
-    with pytest.raises(ValueError, match="wide_below"):
-        ShieldConfig(wide_below=0.8)  # above wide
