@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
 import typer
-from artifact_fixtures import SETTING, exported_runs
+from artifact_fixtures import SETTING, exported_runs, rewrite_card
 from typer.testing import CliRunner
 
 from model.artifact import load_artifact
@@ -36,6 +38,19 @@ def test_the_trace_pairs_a_model_with_the_pid_slot_by_slot(tmp_path_factory: pyt
     pd.testing.assert_series_equal(alone["pid_spent"], shielded["pid_spent"])
     with pytest.raises(EvaluationError):
         trace(exported.market, "test", SETTING, "pid")  # the PID is the reference, not a method to trace
+
+
+def test_a_card_with_its_own_band_is_traced_behind_that_band(tmp_path_factory: pytest.TempPathFactory):
+    """As served: the card's ``shield`` section, not the code's default band."""
+    exported = exported_runs(tmp_path_factory)
+    directory = tmp_path_factory.mktemp("banded") / "model"
+    shutil.copytree(exported.cbrl_model, directory)
+    pinned = {"wide": 0.01, "tight": 0.01, "tight_above": 0.0}  # the ratio pinned to the controller's, within 1%
+    rewrite_card(directory, lambda raw: raw.update(shield={"config": pinned, "chosen_by": "test"}))
+    frame = trace(exported.market, "test", SETTING, f"onnx:{directory}")
+    default = trace(exported.market, "test", SETTING, f"onnx:{exported.cbrl_model}")
+    assert np.allclose(frame["ratio"], frame["reference"], rtol=0.011)
+    assert not np.allclose(default["ratio"], default["reference"], rtol=0.011)
 
 
 def test_the_command_writes_its_table_and_plot_and_refuses_a_bad_split(tmp_path_factory: pytest.TempPathFactory):

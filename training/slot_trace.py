@@ -1,8 +1,8 @@
 """Slot by slot, how a method bids beside the market's tuned PID: where a model wins or loses a market.
 
-A summary row says a model scored below the PID; this says how. It plays METHOD (behind the shield, as served;
-``--unshielded``: alone) and the PID tuned on the market's train days over the same episodes, one seed, and per slot
-of the day reports the median over the episodes of:
+A summary row says a model scored below the PID; this says how. It plays METHOD (behind the shield, as served: a
+card's own band where it carries one; ``--unshielded``: alone) and the PID tuned on the market's train days over the
+same episodes, one seed, and per slot of the day reports the median over the episodes of:
 
 * ``ratio`` and ``pid_ratio``: what each bid;
 * ``reference``: the ratio the shield's controller asks on the method's own history, the centre of its band (the
@@ -30,11 +30,10 @@ import typer
 from model.contract import Setting
 from model.controller import controller_ratios
 from model.history import History
-from model.shield import ShieldConfig
 from training.bidders.base import Bidder, play
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
-from training.evaluate import EvaluationError, check_split, split_days, tuned_baseline
+from training.evaluate import EvaluationError, check_split, shield_config, split_days, tuned_baseline
 from training.market.dataset import Market, MarketError
 from training.shield_sweep import REFERENCE, inner_bidder
 
@@ -59,7 +58,7 @@ def trace(data: Path, split: str, setting: Setting, method: str, seed: int = 0, 
     days, train = split_days(market, split, setting)
     inner, gains = inner_bidder(method, market, setting, train, split, days)
     pid, _ = tuned_baseline(market, REFERENCE, setting, train)
-    bidder = ShieldedBidder(inner, gains, ShieldConfig()) if shielded else inner
+    bidder = ShieldedBidder(inner, gains, shield_config(inner)) if shielded else inner
     ours, theirs = _played(bidder, days, seed), _played(pid, days, seed)
     slots = ours.ratios.shape[1]
     reference = np.stack([controller_ratios(ours.until(t), gains) for t in range(slots)], axis=1)
