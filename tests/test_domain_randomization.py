@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from model.contract import Setting
+from model.contract import RATIO_MAX, Setting
+from model.controller import RATIO_FLOOR, ControllerGains, controller_sequence
+from model.history import History, Registration
 from rcb.cli import app
 from training.agents.sac import SACConfig, play_days
 from training.bidders.rm import ConstantRatio
 from training.dayset import DaySet
-from training.domain_randomization import draw_regimes
+from training.domain_randomization import ScaledReference, draw_reference_scales, draw_regimes
 from training.market.dataset import Market
 
 
@@ -63,3 +65,40 @@ def test_train_records_the_spread_and_a_resumed_run_keeps_it(tiny_market: Market
     assert body["config"]["regime_spread"] == 0.25 and len(body["history"]) == 2
     bad = CliRunner().invoke(app, [*args, *fast, "--regime-spread", "2"])
     assert bad.exit_code == 2 and "regime-spread" in bad.output
+
+
+def test_a_scaled_reference_is_the_controller_times_each_episodes_factor():
+    gains = ControllerGains()
+    history = History(Registration.of(1.0, 50.0, n=3))
+    for _ in range(5):
+        history.record(*(np.array([value] * 3) for value in (1.0, 6.0, 5.0, 2.0, 40.0)))
+    scale = np.array([0.5, 1.0, 40.0])
+    scaled = ScaledReference(gains, scale).sequence(history)
+    plain = controller_sequence(history, gains)
+    np.testing.assert_allclose(scaled[:2], plain[:2] * scale[:2, None])
+    np.testing.assert_allclose(scaled[2], np.clip(plain[2] * 40.0, RATIO_FLOOR, RATIO_MAX))
+    assert scaled[2, 0] == RATIO_MAX  # clipped to the controller's range
+    with pytest.raises(ValueError, match="3 scales for 2 episodes"):
+        ScaledReference(gains, scale).sequence(history.until(5, episodes=[0, 1]))
+    rng = np.random.default_rng(0)
+    assert draw_reference_scales(rng, 4, 0.0) is None
+    drawn = draw_reference_scales(rng, 20_000, 0.4)
+    assert drawn is not None and np.exp(-0.4) <= drawn.min() and drawn.max() <= np.exp(0.4)
+    assert abs(float(np.mean(np.log(drawn)))) < 0.01
+    with pytest.raises(ValueError, match="reference_spread"):
+        SACConfig(algo="crl", reference_spread=0.3)  # not residual: there is no reference to scale
+    with pytest.raises(ValueError, match="reference_spread"):
+        SACConfig(algo="cbrl", reference_spread=-0.1)
+
+
+def test_a_residual_run_trains_on_scaled_references_and_records_the_spread(tiny_market: Market, tmp_path: Path):
+    out = tmp_path / "run"
+    args = ["train", "--data", str(tiny_market.root), "--setting", "mc", "--algo", "cbrl", "--out", str(out)]
+    fast = ["--epochs", "1", "--updates-per-epoch", "2", "--json"]
+    result = CliRunner().invoke(app, [*args, *fast, "--reference-spread", "0.4"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "run.json").read_text())["config"]["reference_spread"] == 0.4
+    refused = CliRunner().invoke(
+        app, [*args[:-4], "--algo", "crl", "--out", str(tmp_path / "crl"), *fast, "--reference-spread", "0.4"]
+    )
+    assert refused.exit_code == 2 and "reference_spread" in refused.output and "Traceback" not in refused.output

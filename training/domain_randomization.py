@@ -15,11 +15,23 @@ reward's normalizer is the day's own slot-wise oracle ``D*`` times ``value_scale
 scaled day would need one more MILP per episode): within an episode it is a constant, so the policy's
 per-episode objective is unchanged; across episodes it weighs a harsh regime's (lower reachable) delivery
 less. Model selection and every evaluation play the unscaled days.
+
+A residual run may randomize its reference controller too (:class:`ScaledReference`, ``rcb train
+--reference-spread``): each collected episode's reference ratio is the controller's times ``exp(U(-spread,
+spread))``, the same factor all day. Served on another market, a residual model's reference is the controller tuned
+on its train days, off by a factor there (on ``sparse`` the shipped model's sits at 0.77-0.85 of that market's own
+PID's ratio: RESULTS.md, rule F); a policy trained on references that are off learns to correct one from the slots.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from model.contract import RATIO_MAX
+from model.controller import RATIO_FLOOR, Reference
+from model.history import History
 
 Regime = tuple[np.ndarray, np.ndarray]
 """``(price_scale, value_scale)``, each ``(n,)``."""
@@ -32,3 +44,28 @@ def draw_regimes(rng: np.random.Generator, n: int, spread: float) -> Regime | No
     if spread == 0:
         return None
     return np.exp(rng.uniform(-spread, spread, n)), np.exp(rng.uniform(-spread, spread, n))
+
+
+@dataclass(frozen=True)
+class ScaledReference:
+    """``reference``'s ratios times ``scale[k]`` for episode ``k``, clipped to the controller's range: the
+    reference a residual policy reads and corrects, off by a factor per episode (training only)."""
+
+    reference: Reference
+    scale: np.ndarray
+    """``(n,)``, one factor per episode of the histories it is asked about."""
+
+    def sequence(self, history: History, until: int | None = None) -> np.ndarray:
+        if history.n != self.scale.size:
+            raise ValueError(f"{self.scale.size} scales for {history.n} episodes")
+        base = self.reference.sequence(history, until)
+        return np.clip(base * self.scale[:, None], RATIO_FLOOR, RATIO_MAX)
+
+
+def draw_reference_scales(rng: np.random.Generator, n: int, spread: float) -> np.ndarray | None:
+    """``n`` episodes' reference factors, log-uniform on ``[exp(-spread), exp(spread)]``; None when ``spread`` is 0."""
+    if spread < 0:
+        raise ValueError("the reference spread must be >= 0")
+    if spread == 0:
+        return None
+    return np.exp(rng.uniform(-spread, spread, n))

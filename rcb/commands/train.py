@@ -282,6 +282,17 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    reference_spread: Annotated[
+        float | None,
+        typer.Option(
+            "--reference-spread",
+            min=0.0,
+            max=1.0,
+            help="A residual run's reference, randomized: each training episode corrects the PID's ratio times"
+            " exp(U(-spread, spread)); model selection plays the PID as it is. Default 0 (off).",
+            show_default=False,
+        ),
+    ] = None,
     bootstrap_days: Annotated[
         bool | None,
         typer.Option(
@@ -391,6 +402,7 @@ def train_command(
                 "correction_penalty": correction_penalty,
                 "roi_margin": roi_margin,
                 "regime_spread": regime_spread,
+                "reference_spread": reference_spread,
                 "bootstrap_days": bootstrap_days,
                 "relaxed_stages": relaxed_stages,
                 "start_at_controller": start_at_controller,

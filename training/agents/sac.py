@@ -59,7 +59,7 @@ from training.curriculum import (
 )
 from training.day_bootstrap import bootstrap_index
 from training.dayset import VALIDATION_FRACTION, DaySet, home_market_days, split_validation, validation_folds
-from training.domain_randomization import draw_regimes
+from training.domain_randomization import ScaledReference, draw_reference_scales, draw_regimes
 from training.market.dataset import Market, MarketError
 from training.rewards import DualAscent, constraint_gap
 
@@ -212,6 +212,10 @@ class SACConfig:
     """Domain randomization (:mod:`training.domain_randomization`): each collected episode replays its day with
     prices and delivery each scaled by ``exp(U(-spread, spread))``; model selection plays the days unscaled.
     0: off."""
+    reference_spread: float = 0.0
+    """A residual run's reference, randomized (:class:`training.domain_randomization.ScaledReference`): each
+    collected episode reads and corrects the controller's ratio times ``exp(U(-spread, spread))``, the same factor
+    all day; model selection plays the controller as it is. 0: off."""
     bootstrap_days: bool | None = None
     """Bootstrap days (:mod:`training.day_bootstrap`): each epoch, every train day is replayed as a Poisson(1)
     resample of its impressions (fresh each epoch, the same for its ``episodes_per_day`` episodes), so the policy
@@ -272,6 +276,10 @@ class SACConfig:
             self.residual = self.algo == "cbrl"
         if self.regime_spread < 0:
             raise ValueError("regime_spread must be >= 0")
+        if self.reference_spread < 0:
+            raise ValueError("reference_spread must be >= 0")
+        if self.reference_spread > 0 and (not self.residual or self.reference != "pid"):
+            raise ValueError("reference_spread needs a residual run around the PID (it scales the PID's ratio)")
         if self.correction_penalty < 0:
             raise ValueError("correction_penalty must be >= 0")
         if self.correction_penalty > 0 and not self.residual:
@@ -854,7 +862,16 @@ def train(
             stage = auto.stage(stage)
         if isinstance(stage, LagrangianStage):
             stage = replace(stage, multiplier=dual.multiplier)
-        explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=agent.controller)
+        # the references the explorer reads: the controller, or (reference_spread) the controller off by a factor
+        # per episode; a planner's are its leave-one-out plans, made in play_days and kept (not planned again)
+        episodes = episode_days(train_days, config.episodes_per_day)
+        scales = draw_reference_scales(
+            np.random.default_rng([config.seed, epoch, 0x2EF]), episodes.size, config.reference_spread
+        )
+        reference = agent.controller
+        if scales is not None and reference is not None:  # SACConfig: reference_spread needs a residual run
+            reference = ScaledReference(reference, scales)
+        explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=reference)
         collected, oracle = play_days(
             explorer,
             days,
@@ -864,8 +881,7 @@ def train(
             config.regime_spread,
             bool(config.bootstrap_days),  # resolve() filled it
         )
-        # the references the explorer read (a planner's leave-one-out plans, kept: not planned again)
-        played = days_reference(agent.controller, days, episode_days(train_days, config.episodes_per_day))
+        played = days_reference(agent.controller, days, episodes) if scales is None else reference
         buffer.add(collected.history, oracle, played)
         if isinstance(stage, LagrangianStage):  # RCPO: lambda follows this epoch's mean constraint gap (dual ascent)
             registration = collected.history.registration
