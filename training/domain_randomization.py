@@ -19,8 +19,10 @@ less. Model selection and every evaluation play the unscaled days.
 A residual run may randomize its reference controller too (:class:`ScaledReference`, ``rcb train
 --reference-spread``): each collected episode's reference ratio is the controller's times ``exp(U(-spread,
 spread))``, the same factor all day. Served on another market, a residual model's reference is the controller tuned
-on its train days, off by a factor there (on ``sparse`` the shipped model's sits at 0.77-0.85 of that market's own
-PID's ratio: RESULTS.md, rule F); a policy trained on references that are off learns to correct one from the slots.
+on its train days, off by a factor there (the shipped model's sits at 0.75-0.89 of each suite market's own PID's
+ratio: RESULTS.md, rule F), and the hope was a policy that learns to correct one from the slots. Measured (rule C,
+session 39, MC, spread 0.4): it learned to bid lower instead, and lost to the same recipe without it on 7 of 8 rows;
+off by default.
 """
 
 from __future__ import annotations
