@@ -52,18 +52,26 @@ def test_collection_plays_each_episode_in_its_regime_and_scales_its_normalizer(t
     np.testing.assert_array_equal(scaled.history.registration.roi_target, plain.history.registration.roi_target)
 
 
+FAST = ["--epochs", "1", "--updates-per-epoch", "2", "--json"]
+"""A one-epoch run of two gradient steps."""
+
+
+def train_args(market: Market, algo: str, out: Path) -> list[str]:
+    """``rcb train``'s arguments for an MC run of ``algo`` on ``market`` into ``out``."""
+    return ["train", "--data", str(market.root), "--setting", "mc", "--algo", algo, "--out", str(out)]
+
+
 def test_train_records_the_spread_and_a_resumed_run_keeps_it(tiny_market: Market, tmp_path: Path):
     out = tmp_path / "run"
-    args = ["train", "--data", str(tiny_market.root), "--setting", "mc", "--algo", "crl", "--out", str(out)]
-    fast = ["--epochs", "1", "--updates-per-epoch", "2", "--json"]
-    result = CliRunner().invoke(app, [*args, *fast, "--regime-spread", "0.25"])
+    args = train_args(tiny_market, "crl", out)
+    result = CliRunner().invoke(app, [*args, *FAST, "--regime-spread", "0.25"])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "run.json").read_text())["config"]["regime_spread"] == 0.25
     result = CliRunner().invoke(app, [*args, "--epochs", "2", "--updates-per-epoch", "2", "--json", "--resume"])
     assert result.exit_code == 0, result.output
     body = json.loads((out / "run.json").read_text())
     assert body["config"]["regime_spread"] == 0.25 and len(body["history"]) == 2
-    bad = CliRunner().invoke(app, [*args, *fast, "--regime-spread", "2"])
+    bad = CliRunner().invoke(app, [*args, *FAST, "--regime-spread", "2"])
     assert bad.exit_code == 2 and "regime-spread" in bad.output
 
 
@@ -93,12 +101,9 @@ def test_a_scaled_reference_is_the_controller_times_each_episodes_factor():
 
 def test_a_residual_run_trains_on_scaled_references_and_records_the_spread(tiny_market: Market, tmp_path: Path):
     out = tmp_path / "run"
-    args = ["train", "--data", str(tiny_market.root), "--setting", "mc", "--algo", "cbrl", "--out", str(out)]
-    fast = ["--epochs", "1", "--updates-per-epoch", "2", "--json"]
-    result = CliRunner().invoke(app, [*args, *fast, "--reference-spread", "0.4"])
+    result = CliRunner().invoke(app, [*train_args(tiny_market, "cbrl", out), *FAST, "--reference-spread", "0.4"])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "run.json").read_text())["config"]["reference_spread"] == 0.4
-    refused = CliRunner().invoke(
-        app, [*args[:-4], "--algo", "crl", "--out", str(tmp_path / "crl"), *fast, "--reference-spread", "0.4"]
-    )
+    crl = train_args(tiny_market, "crl", tmp_path / "crl")
+    refused = CliRunner().invoke(app, [*crl, *FAST, "--reference-spread", "0.4"])
     assert refused.exit_code == 2 and "reference_spread" in refused.output and "Traceback" not in refused.output

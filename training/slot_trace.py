@@ -28,7 +28,7 @@ import pandas as pd
 import typer
 
 from model.contract import Setting
-from model.controller import controller_ratios
+from model.controller import controller_sequence
 from model.history import History
 from training.bidders.base import Bidder, play
 from training.bidders.shielded import ShieldedBidder
@@ -61,7 +61,7 @@ def trace(data: Path, split: str, setting: Setting, method: str, seed: int = 0, 
     bidder = ShieldedBidder(inner, gains, shield_config(inner)) if shielded else inner
     ours, theirs = _played(bidder, days, seed), _played(pid, days, seed)
     slots = ours.ratios.shape[1]
-    reference = np.stack([controller_ratios(ours.until(t), gains) for t in range(slots)], axis=1)
+    reference = controller_sequence(ours, gains, until=slots - 1)  # column t: the law after t slots, one pass
     pid_day = theirs.total_cost
     columns = {
         "ratio": ours.ratios,

@@ -881,7 +881,7 @@ def train(
             config.regime_spread,
             bool(config.bootstrap_days),  # resolve() filled it
         )
-        played = days_reference(agent.controller, days, episodes) if scales is None else reference
+        played = days_reference(reference, days, episodes)
         buffer.add(collected.history, oracle, played)
         if isinstance(stage, LagrangianStage):  # RCPO: lambda follows this epoch's mean constraint gap (dual ascent)
             registration = collected.history.registration
