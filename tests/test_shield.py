@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pandas as pd
@@ -17,11 +17,19 @@ from model.contract import SLOTS_PER_DAY
 from model.controller import ControllerGains, controller_ratios
 from model.history import History, Registration
 from model.shield import ShieldConfig, shield, threat_level
-from training.bidders.base import play
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
-from training.evaluate import EvaluationError, evaluate, parse_methods
+from training.evaluate import (
+    EvaluationError,
+    evaluate,
+    market_shield_gains,
+    method_label,
+    parse_methods,
+    run_bidder,
+    shield_gains,
+    split_days,
+)
 from training.market.dataset import Market
 from training.shield_sweep import main as shield_sweep_main
 from training.shield_sweep import parse_config, sweep
@@ -177,12 +185,44 @@ def test_shield_methods_play_in_rcb_evaluate(tmp_path_factory: pytest.TempPathFa
     assert card.controller is not None and card.controller != ControllerGains().tuned()
     bidder = ShieldedBidder(model, ControllerGains.with_profile(card.traffic_profile, card.controller))
     days = DaySet.load(Market.open(exported.market), "test", SETTING)
-    outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), 0)
+    outcome = days.play(bidder, 0)
     rows = result.episodes[result.episodes["method"] == f"shield:onnx:{exported.cbrl_model}"]
     np.testing.assert_array_equal(rows["delivery"].to_numpy(), outcome.delivery)
     np.testing.assert_array_equal(rows["cost"].to_numpy(), outcome.cost)
     with pytest.raises(ValueError, match="not bidders"):
         parse_methods("shield:oracle-day")
+
+
+def test_a_residual_runs_shield_is_centred_on_its_own_reference(tmp_path_factory: pytest.TempPathFactory):
+    """``shield:RUN`` and ``shield:ensemble:`` centre the band where the run's export does (its card's controller, the
+    one it was trained around), whichever market they play: not on the played market's PID, which a served model
+    never reads."""
+    exported = exported_runs(tmp_path_factory)
+    market = Market.open(exported.market)
+    days, train = split_days(market, "test", SETTING)
+    bidder, _ = run_bidder(exported.residual_run, SETTING)
+    own = bidder.controller
+    assert isinstance(own, ControllerGains)
+    assert own == OnnxBidder(load_artifact(exported.residual_model)).artifact.controller_gains()  # its card's
+    # On the market it was trained on, its reference is that market's PID: the same gains, the same traffic profile
+    # (the card's to 8 digits, the PID's tuning record to 6).
+    pid = market_shield_gains(market, SETTING, train)
+    assert shield_gains(bidder, market, SETTING, train).tuned() == pid.tuned()
+    np.testing.assert_allclose(own.traffic_profile, pid.traffic_profile, rtol=0, atol=5e-7)
+    # Its reference, not the market's, is what the band follows (played elsewhere they differ).
+    bidder.controller = elsewhere = replace(own, initial_ratio=own.initial_ratio * 1.5)
+    assert shield_gains(bidder, market, SETTING, train) is elsewhere
+    # A baseline and a non-residual run have no reference of their own: the market's PID.
+    hard, _ = run_bidder(exported.hard_run, SETTING)
+    assert shield_gains(hard, market, SETTING, train) == market_shield_gains(market, SETTING, train)
+    # rcb evaluate plays the run and its one-run ensemble behind exactly that band.
+    direct = days.play(ShieldedBidder(run_bidder(exported.residual_run, SETTING)[0], own))
+    methods = parse_methods(f"shield:{exported.residual_run},shield:ensemble:one={exported.residual_run}")
+    result = evaluate(market, SETTING, "test", methods, seeds=1)
+    for label in map(method_label, methods):
+        rows = result.episodes[result.episodes["method"] == label]
+        np.testing.assert_array_equal(rows["delivery"].to_numpy(), direct.delivery, err_msg=label)
+        np.testing.assert_array_equal(rows["cost"].to_numpy(), direct.cost, err_msg=label)
 
 
 def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: pytest.TempPathFactory):

@@ -14,6 +14,7 @@ import numpy as np
 
 from model.contract import Setting
 from model.history import Registration
+from training.bidders.base import Bidder, Outcome, play
 from training.market.dataset import DayEntry, Market, MarketError
 from training.market.schema import DayLog
 from training.oracle import market_oracle, setting_constraints
@@ -196,3 +197,8 @@ class DaySet:
 
     def episode_days(self, repeats: int = 1) -> np.ndarray:
         return np.tile(np.arange(len(self)), repeats)
+
+    def play(self, bidder: Bidder, seed: int = 0) -> Outcome:
+        """Every day once with ``bidder`` (at its traffic-bucket count) under its registration, play seed ``seed``:
+        the episodes of one evaluation row (:func:`training.bidders.base.play`)."""
+        return play(bidder, self.indexes(bidder.traffic_buckets), self.episode_days(), self.registration(), seed)

@@ -29,7 +29,7 @@ from model.contract import Setting
 from model.controller import ControllerGains
 from model.shield import ShieldConfig
 from training.bidders import cem, pid, planner, rm
-from training.bidders.base import Bidder, play
+from training.bidders.base import Bidder
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import VALIDATION, DaySet, split_validation
@@ -349,14 +349,16 @@ def evaluate(
     days, train = split_days(market, split, setting, progress)
     market_gains: list[ControllerGains] = []
 
-    def shielded_by(inner: Bidder) -> ShieldedBidder:
-        """``inner`` behind :func:`shield_config`'s band around :func:`shield_gains`' controller (the market's PID
-        read once per evaluation; an exported model's own from its card, as the service runs them)."""
-        if isinstance(inner, OnnxBidder):
-            return ShieldedBidder(inner, shield_gains(inner, market, setting, train, progress), shield_config(inner))
+    def market_pid() -> ControllerGains:  # read at most once per evaluation
         if not market_gains:
-            market_gains.append(shield_gains(inner, market, setting, train, progress))
-        return ShieldedBidder(inner, market_gains[0], shield_config(inner))
+            market_gains.append(market_shield_gains(market, setting, train, progress))
+        return market_gains[0]
+
+    def shielded_by(inner: Bidder) -> ShieldedBidder:
+        """``inner`` behind :func:`shield_config`'s band around :func:`shield_gains`' controller (a model's from
+        its card, a residual run's its own reference, as the service runs them; else the market's PID)."""
+        own = shield_gains(inner, market, setting, train, progress) if _own_shield_reference(inner) else market_pid()
+        return ShieldedBidder(inner, own, shield_config(inner))
 
     frames: list[pd.DataFrame] = []
     tuned: dict[str, dict[str, Any]] = {}
@@ -386,9 +388,8 @@ def evaluate(
             bidder = shielded_by(bidder)
         # its own copy: METHOD and shield:METHOD listed together each keep their record
         tuned[row_label] = dict(record)
-        indexes = days.indexes(bidder.traffic_buckets)
         for seed in range(1 if bidder.deterministic else seeds):
-            outcome = play(bidder, indexes, days.episode_days(), days.registration(), seed)
+            outcome = days.play(bidder, seed)
             frames.append(episode_rows(row_label, seed, days, outcome.delivery, outcome.cost))
             if isinstance(bidder, ShieldedBidder):
                 tuned[row_label]["shield_acted_share"] = round(bidder.acted_share, 4)
@@ -525,7 +526,7 @@ def _play_run_group(
         record["runs"].append(str(run_dir))
         record["best_validation_score"].append(run["best_validation_score"])
         record["kept_epoch"].append(run.get("kept_epoch"))
-        outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed)
+        outcome = days.play(bidder, seed)
         frames.append(episode_rows(label, seed, days, outcome.delivery, outcome.cost))
         if isinstance(bidder, ShieldedBidder):
             record.setdefault("shield_acted_share", []).append(round(bidder.acted_share, 4))
@@ -539,12 +540,27 @@ def shield_gains(
     inner: Bidder, market: Market, setting: Setting, train: Callable[[], DaySet], progress: Progress | None = None
 ) -> ControllerGains:
     """The controller behind ``inner``'s shield, as the service would run it: an exported model's card (gains,
-    traffic profile); else (a training run of this market) what its export would write, the PID tuned on this
-    market's train days."""
+    traffic profile); a residual run's (or ensemble's) own reference, the controller it was trained around and its
+    export writes on the card, whichever market it plays; else (a baseline, a non-residual run) the PID tuned on
+    this market's train days, which is what a non-residual run's export writes where it plays its own market."""
     if isinstance(inner, OnnxBidder):
         return inner.artifact.controller_gains()
+    if isinstance(own := getattr(inner, "controller", None), ControllerGains):
+        return own
+    return market_shield_gains(market, setting, train, progress)
+
+
+def market_shield_gains(
+    market: Market, setting: Setting, train: Callable[[], DaySet], progress: Progress | None = None
+) -> ControllerGains:
+    """The PID tuned on ``market``'s train days, as a shield's controller (gains and the train days' profile)."""
     params = tuned_baseline(market, "pid", setting, train, progress)[0].params()
     return ControllerGains.with_profile(params["traffic_profile"], params)
+
+
+def _own_shield_reference(inner: Bidder) -> bool:
+    """Whether ``inner`` carries the controller of its own shield (a card's, a residual run's reference)."""
+    return isinstance(inner, OnnxBidder) or isinstance(getattr(inner, "controller", None), ControllerGains)
 
 
 def shield_config(inner: Bidder) -> ShieldConfig:

@@ -26,7 +26,7 @@ import typer
 
 from model.contract import Setting
 from model.roi import is_feasible, roi
-from training.bidders.base import Bidder, Outcome, play
+from training.bidders.base import Bidder, Outcome
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
 from training.evaluate import (
@@ -96,7 +96,7 @@ def pace(
     paced = {}
     for method in methods:
         bidder = make_bidder(method, market, setting, train, split, days)
-        outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed)
+        outcome = days.play(bidder, seed)
         paced[method] = (trajectories(outcome, days), day_ends(outcome, days))
     return paced
 

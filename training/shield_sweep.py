@@ -30,7 +30,7 @@ import typer
 from model.contract import Setting
 from model.controller import ControllerGains
 from model.shield import ShieldConfig
-from training.bidders.base import Bidder, play
+from training.bidders.base import Bidder
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
 from training.evaluate import (
@@ -103,7 +103,7 @@ def sweep(
     players += [(name, ShieldedBidder(inner, gains, config)) for name, config in configs]
     for label, bidder in players:
         for seed in range(1 if bidder.deterministic else seeds):
-            outcome = play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed)
+            outcome = days.play(bidder, seed)
             frames.append(episode_rows(label, seed, days, outcome.delivery, outcome.cost))
         if isinstance(bidder, ShieldedBidder):
             acted[label] = bidder.acted_share

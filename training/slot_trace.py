@@ -6,7 +6,8 @@ same episodes, one seed, and per slot of the day reports the median over the epi
 
 * ``ratio`` and ``pid_ratio``: what each bid;
 * ``reference``: the ratio the shield's controller asks on the method's own history, the centre of its band (the
-  card's controller for ``onnx:``, the market's PID for runs and baselines; :func:`training.evaluate.shield_gains`);
+  card's controller for ``onnx:``, a residual run's own reference, the market's PID for baselines;
+  :func:`training.evaluate.shield_gains`);
 * ``spent`` and ``pid_spent``: each one's cost so far, as a share of the PID's whole-day cost on the same episode,
   so a method that paces slower than the PID shows it at once, with a budget or without.
 
@@ -30,7 +31,7 @@ import typer
 from model.contract import Setting
 from model.controller import controller_sequence
 from model.history import History
-from training.bidders.base import Bidder, play
+from training.bidders.base import Bidder
 from training.bidders.shielded import ShieldedBidder
 from training.dayset import DaySet
 from training.evaluate import EvaluationError, check_split, shield_config, split_days, tuned_baseline
@@ -42,7 +43,7 @@ COLUMNS = ("slot", "ratio", "reference", "pid_ratio", "spent", "pid_spent")
 
 
 def _played(bidder: Bidder, days: DaySet, seed: int) -> History:
-    return play(bidder, days.indexes(bidder.traffic_buckets), days.episode_days(), days.registration(), seed).history
+    return days.play(bidder, seed).history
 
 
 def _spent_share(history: History, day_cost: np.ndarray) -> np.ndarray:
