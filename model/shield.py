@@ -70,8 +70,9 @@ class ShieldConfig:
     pace_alarm: float = 0.2
     """Full budget threat once the spent share of B runs this far ahead of the planned share of the day's traffic."""
     warmup_slots: int = 4
-    """No threat is read from fewer slots than this: early slots' ROI is mostly noise (2 cost 0.024 ANS on the
-    ``sparse`` market's train days, about 19 delivering impressions a slot, and nothing elsewhere)."""
+    """No ROI threat is read from fewer slots than this: early slots' ROI is mostly noise (2 cost 0.024 ANS on the
+    ``sparse`` market's train days, about 19 delivering impressions a slot, and nothing elsewhere). The budget threat
+    is read from the first slot."""
     roi_min_spend: float = 0.02
     """With a budget, the ROI threat grows with the spent share of B up to this share and is whole from there: a
     deficit on a sliver of the budget can still be earned back (0: whole however little was spent). 0.02 was chosen
@@ -112,20 +113,24 @@ class Shielded:
 
 
 def threat_level(history: History, gains: ControllerGains, config: ShieldConfig) -> np.ndarray:
-    """The larger of the ROI and budget threats, ``(n,)`` in [0, 1] (0 before ``warmup_slots``)."""
+    """The larger of the ROI and budget threats, ``(n,)`` in [0, 1]. No ROI threat before ``warmup_slots`` (the
+    first slots' ROI is noise); the budget threat counts from the first slot, since spend that runs ahead of the
+    traffic plan is no noise (a front-loaded day, a runaway policy on the card's traffic profile)."""
     n, t = history.n, history.slot
-    if t < max(config.warmup_slots, 1):
+    if t < 1:
         return np.zeros(n)
     registration = history.registration
     cost = history.total_cost
-    ratio_to_target = np.divide(
-        history.total_delivery, registration.roi_target * cost, out=np.full(n, np.inf), where=cost > 0
-    )
-    roi_threat = np.clip((1 + config.roi_slack - ratio_to_target) / (config.roi_slack + config.roi_alarm), 0, 1)
     budgeted = np.isfinite(registration.budget)
     planned = float(np.sum(gains.traffic_profile[:t]))
     spent = np.where(budgeted, cost / np.where(budgeted, registration.budget, 1.0), 0.0)
     budget_threat = np.where(budgeted, np.clip((spent - planned) / config.pace_alarm, 0, 1), 0.0)
+    if t < config.warmup_slots:
+        return budget_threat
+    ratio_to_target = np.divide(
+        history.total_delivery, registration.roi_target * cost, out=np.full(n, np.inf), where=cost > 0
+    )
+    roi_threat = np.clip((1 + config.roi_slack - ratio_to_target) / (config.roi_slack + config.roi_alarm), 0, 1)
     if config.roi_min_spend > 0:
         roi_threat = roi_threat * np.where(budgeted, np.clip(spent / config.roi_min_spend, 0, 1), 1.0)
     return np.maximum(roi_threat, budget_threat)

@@ -91,6 +91,12 @@ def test_the_band_narrows_as_the_roi_or_the_budget_comes_under_threat():
     # Warm-up: the first slots' ROI is noise.
     assert threat_level(history_with(roi=0.1, slots=config.warmup_slots - 1), gains, config)[0] == 0.0
     assert threat_level(history_with(roi=0.1, slots=config.warmup_slots), gains, config)[0] == 1.0
+    # Spend ahead of the traffic plan is not: two slots of a uniform day (4% of its traffic) with 40% of B already
+    # spent is a full budget threat inside the warm-up, however well the ROI looks.
+    rushed = history_with(roi=3.0, slots=2, budget=50.0)
+    assert config.warmup_slots > 2 and threat_level(rushed, gains, config)[0] == 1.0
+    assert threat_level(history_with(roi=3.0, slots=2, budget=10_000.0), gains, config)[0] == 0.0
+    assert threat_level(history_with(roi=3.0, slots=0, budget=100.0), gains, config)[0] == 0.0
 
 
 def test_the_band_can_close_above_the_controller_while_it_still_lifts_a_collapse():

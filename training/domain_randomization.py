@@ -39,13 +39,22 @@ Regime = tuple[np.ndarray, np.ndarray]
 """``(price_scale, value_scale)``, each ``(n,)``."""
 
 
+def log_uniform(rng: np.random.Generator, n: int, spread: float, what: str) -> np.ndarray | None:
+    """``n`` factors log-uniform on ``[exp(-spread), exp(spread)]``; None when ``spread`` is 0 (``what``: the
+    spread's name in the error a negative one raises)."""
+    if spread < 0:
+        raise ValueError(f"the {what} spread must be >= 0")
+    return None if spread == 0 else np.exp(rng.uniform(-spread, spread, n))
+
+
 def draw_regimes(rng: np.random.Generator, n: int, spread: float) -> Regime | None:
     """``n`` episodes' regimes, log-uniform on ``[exp(-spread), exp(spread)]`` each; None when ``spread`` is 0."""
-    if spread < 0:
-        raise ValueError("the regime spread must be >= 0")
-    if spread == 0:
+    price = log_uniform(rng, n, spread, "regime")
+    if price is None:
         return None
-    return np.exp(rng.uniform(-spread, spread, n)), np.exp(rng.uniform(-spread, spread, n))
+    delivery = log_uniform(rng, n, spread, "regime")
+    assert delivery is not None
+    return price, delivery
 
 
 @dataclass(frozen=True)
@@ -66,8 +75,4 @@ class ScaledReference:
 
 def draw_reference_scales(rng: np.random.Generator, n: int, spread: float) -> np.ndarray | None:
     """``n`` episodes' reference factors, log-uniform on ``[exp(-spread), exp(spread)]``; None when ``spread`` is 0."""
-    if spread < 0:
-        raise ValueError("the reference spread must be >= 0")
-    if spread == 0:
-        return None
-    return np.exp(rng.uniform(-spread, spread, n))
+    return log_uniform(rng, n, spread, "reference")
