@@ -29,6 +29,11 @@ def test_regimes_are_log_uniform_within_the_spread_and_off_at_zero():
         assert np.exp(-0.3) <= scale.min() and scale.max() <= np.exp(0.3)
         assert abs(float(np.mean(np.log(scale)))) < 0.01  # centred on the log's own market
     assert abs(float(np.corrcoef(np.log(price), np.log(value))[0, 1])) < 0.03  # drawn independently
+    # The stream runs' regimes were drawn from: n price scales, then n value scales, from the same generator.
+    again, fresh = draw_regimes(np.random.default_rng(7), 5, 0.3), np.random.default_rng(7)
+    assert again is not None
+    np.testing.assert_array_equal(again[0], np.exp(fresh.uniform(-0.3, 0.3, 5)))
+    np.testing.assert_array_equal(again[1], np.exp(fresh.uniform(-0.3, 0.3, 5)))
     with pytest.raises(ValueError, match=">= 0"):
         draw_regimes(rng, 3, -0.1)
     with pytest.raises(ValueError, match="regime_spread"):

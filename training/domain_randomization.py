@@ -49,12 +49,8 @@ def log_uniform(rng: np.random.Generator, n: int, spread: float, what: str) -> n
 
 def draw_regimes(rng: np.random.Generator, n: int, spread: float) -> Regime | None:
     """``n`` episodes' regimes, log-uniform on ``[exp(-spread), exp(spread)]`` each; None when ``spread`` is 0."""
-    price = log_uniform(rng, n, spread, "regime")
-    if price is None:
-        return None
-    delivery = log_uniform(rng, n, spread, "regime")
-    assert delivery is not None
-    return price, delivery
+    factors = log_uniform(rng, 2 * n, spread, "regime")  # the price scales, then the value scales: one stream
+    return None if factors is None else (factors[:n], factors[n:])
 
 
 @dataclass(frozen=True)
