@@ -265,6 +265,34 @@ def as_config(fields: dict[str, float]) -> ShieldConfig:
     return ShieldConfig(**{k: int(v) if k == "warmup_slots" else float(v) for k, v in fields.items()})  # type: ignore[arg-type]
 
 
+BID_SCALE_RANGE: Final = (0.25, 4.0)
+"""The bid scales a card may carry: from a quarter to four times the policy's ratio."""
+
+
+class BidScaleInfo(_Strict):
+    """A bid scale calibrated on the served market's own logs (:mod:`training.bid_calibration`): the service and
+    ``onnx:MODEL_DIR`` bid the model's ratio times :attr:`scale` (clipped to [0, 4]), and the shield bounds that."""
+
+    scale: float = Field(allow_inf_nan=False)
+    """The factor on every ratio the model decides; 1 is the model as exported."""
+    chosen_by: str = "a person"
+    """What set it: ``training.bid_calibration`` (its rule on the served market's train days), or a person."""
+    market: str = ""
+    """The market whose train days chose it."""
+    data_fingerprint: str = ""
+    """Those train days' fingerprint (:meth:`training.market.dataset.Market.split_fingerprint`)."""
+    calibration: dict[str, Any] = Field(default_factory=dict)
+    """The figures the choice was made on, for the record."""
+
+    @field_validator("scale")
+    @classmethod
+    def _in_range(cls, scale: float) -> float:
+        low, high = BID_SCALE_RANGE
+        if not low <= scale <= high:
+            raise ValueError(f"bid_scale.scale must be in [{low:g}, {high:g}], not {scale!r}")
+        return scale
+
+
 RECORD_FIELDS: Final = ("created", "source_run", "evaluation", "parity", "producer")
 """Card fields that record how a model was made and measured; no decision reads them (`ModelCard.served_sha256`)."""
 
@@ -307,6 +335,8 @@ class ModelCard(_Strict):
     """A planner model's law and parameters (``kind: planner``), else None."""
     shield: ShieldInfo | None = None
     """The safety shield to run around this model; absent: :class:`model.shield.ShieldConfig`'s defaults."""
+    bid_scale: BidScaleInfo | None = None
+    """A factor on the model's ratios calibrated on the served market (``rcb calibrate``); absent: 1."""
 
     @property
     def is_planner(self) -> bool:
@@ -372,15 +402,24 @@ class ModelCard(_Strict):
         defaults."""
         return self.shield.shield_config() if self.shield is not None else ShieldConfig()
 
+    def bid_scale_factor(self) -> float:
+        """The factor on the model's ratios: the ``bid_scale`` section's, else 1."""
+        return self.bid_scale.scale if self.bid_scale is not None else 1.0
+
     def served_sha256(self) -> str:
         """sha256 of the card without the records that say how the model was made and measured
-        (:data:`RECORD_FIELDS`, the shield's ``chosen_by`` and ``calibration``, which ``record_figures`` and
-        ``write_trust`` rewrite without changing a decision), the graphs' (or scenarios') hashes included and the
-        shield as the band it runs (:meth:`shield_config`). The service's model version."""
+        (:data:`RECORD_FIELDS`, the shield's and the bid scale's ``chosen_by`` and ``calibration``, which
+        ``record_figures``, ``write_trust`` and ``rcb calibrate`` write without changing a decision), the graphs' (or
+        scenarios') hashes included, the shield as the band it runs (:meth:`shield_config`) and the bid scale as the
+        factor it applies (only where it is not 1). The service's model version."""
         # Fields at their defaults are left out, so a field a later version of the code adds (with a default) does
         # not rename every deployed model; the shield goes in as the band it runs, defaults and all.
-        served = self.model_dump(mode="json", exclude=set(RECORD_FIELDS) | {"shield"}, exclude_defaults=True)
+        served = self.model_dump(
+            mode="json", exclude=set(RECORD_FIELDS) | {"shield", "bid_scale"}, exclude_defaults=True
+        )
         served["shield"] = asdict(self.shield_config())
+        if self.bid_scale_factor() != 1.0:
+            served["bid_scale"] = self.bid_scale_factor()
         return hashlib.sha256(json.dumps(served, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def policy_spec(self) -> GraphSpec:

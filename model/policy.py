@@ -133,10 +133,13 @@ class Decision:
 class Policy:
     """An exported model (:class:`model.artifact.Artifact`) as the stateless decision step."""
 
-    def __init__(self, artifact: Artifact):
+    def __init__(self, artifact: Artifact, bid_scale: float | None = None):
         self.artifact = artifact
         self.controller = artifact.controller_gains() if artifact.residual else None
         """A residual model's reference controller (it reads ``controller_ratio``), else None."""
+        self.bid_scale = artifact.card.bid_scale_factor() if bid_scale is None else float(bid_scale)
+        """The factor on every decided ratio: the card's calibrated ``bid_scale`` (1 without one), or the one given
+        (:mod:`training.bid_calibration` plays candidates with it)."""
 
     @property
     def latent_dim(self) -> int:
@@ -150,17 +153,21 @@ class Policy:
             planner = self.artifact.planner
             decided = [planner.decide(h) for h in histories]
             ratio = np.concatenate([r for r, _ in decided])
-            return Decision(ratio=_clip(ratio), depth=Depth.concat([d for _, d in decided]))
+            return Decision(ratio=self._scaled(ratio), depth=Depth.concat([d for _, d in decided]))
         return self.decide_inputs(decision_inputs(histories, keys, self.latent_dim, self.controller))
 
     def decide_inputs(self, inputs: DecisionInputs) -> Decision:
         if inputs.steps is None:
             ratio = self.artifact.act(inputs.obs)
-            return Decision(ratio=_clip(ratio))
+            return Decision(ratio=self._scaled(ratio))
         assert inputs.mask is not None and inputs.eps is not None
         mean, std = self.artifact.posterior(inputs.steps, inputs.mask)
         ratio = self.artifact.act(inputs.obs, sample_posterior(mean, std, inputs.eps))
-        return Decision(ratio=_clip(ratio), mean=mean.astype(np.float64), std=std.astype(np.float64))
+        return Decision(ratio=self._scaled(ratio), mean=mean.astype(np.float64), std=std.astype(np.float64))
+
+    def _scaled(self, ratio: np.ndarray) -> np.ndarray:
+        """The ratios in [0, 4], times the bid scale first (x 1.0 leaves every float as it was)."""
+        return _clip(np.asarray(ratio, dtype=np.float64) * self.bid_scale)
 
     def decide_states(self, states: Sequence[CampaignState]) -> Decision:
         """Next ratios of campaigns at any slots: rows grouped by slot, one encoder and one policy call."""

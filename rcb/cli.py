@@ -9,7 +9,19 @@ from __future__ import annotations
 
 import typer
 
-from rcb.commands import curves, evaluate, export, market, oracle, replay, reselect, serve, simulate, train
+from rcb.commands import (
+    calibrate,
+    curves,
+    evaluate,
+    export,
+    market,
+    oracle,
+    replay,
+    reselect,
+    serve,
+    simulate,
+    train,
+)
 from rcb.commands.common import DOCS_EPILOG
 
 app = typer.Typer(
@@ -27,6 +39,7 @@ app.command("evaluate", epilog="Metrics and tables: docs/metrics.md. " + DOCS_EP
 app.command("train", epilog=DOCS_EPILOG)(train.train_command)
 app.command("reselect", epilog=DOCS_EPILOG)(reselect.reselect_command)
 app.command("export", epilog=DOCS_EPILOG)(export.export_command)
+app.command("calibrate", epilog=DOCS_EPILOG)(calibrate.calibrate_command)
 app.command("curves", epilog=DOCS_EPILOG)(curves.curves_command)
 app.command("serve", epilog="HTTP API: docs/http-api.md. " + DOCS_EPILOG)(serve.serve_command)
 app.command("replay", epilog="HTTP API: docs/http-api.md. " + DOCS_EPILOG)(replay.replay_command)

@@ -39,6 +39,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
         "noise_seed": settings.noise_seed,
         "shield": settings.shield,
         "shield_config": asdict(runner.shield_config) if settings.shield and artifact is not None else None,
+        "bid_scale": None if artifact is None else artifact.card.bid_scale_factor(),
     }
     if not (store_up and artifact is not None):
         raise ApiError(503, "not_ready", detail)

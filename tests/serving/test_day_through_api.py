@@ -7,14 +7,17 @@ campaign ``episode-{k}``, episode ``offline``, served with ``RCB_NOISE_SEED=s``.
 
 from __future__ import annotations
 
+import shutil
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
 from artifact_fixtures import SETTING
 
+from model.artifact import CARD_FILE, BidScaleInfo, read_card
 from model.contract import SLOTS_PER_DAY
-from training.bidders.base import play
+from training.bidders.base import Outcome, play
 from training.bidders.onnx import OnnxBidder
 from training.dayset import DaySet
 from training.market.dataset import Market
@@ -30,15 +33,40 @@ SEED = 11
     ["memory", pytest.param("cluster", marks=pytest.mark.cluster), pytest.param("redis", marks=pytest.mark.redis)],
 )
 def test_an_episode_through_the_api_equals_offline_evaluation(models, store, request):
-    days = DaySet.load(Market.open(models.market), "test", SETTING)
-    offline = play(OnnxBidder.load(models.cbrl_model), days.indexes(), days.episode_days(), days.registration(), SEED)
     url = (
         "memory"
         if store == "memory"
         else request.getfixturevalue(f"redis_{'server' if store == 'redis' else store}").url
     )
+    days = DaySet.load(Market.open(models.market), "test", SETTING)
+    served = day_through_api(models.cbrl_model, days, url)
+    offline = play(OnnxBidder.load(models.cbrl_model), days.indexes(), days.episode_days(), days.registration(), SEED)
+    assert_same_day(served, offline)
+
+
+def test_a_calibrated_model_serves_its_bid_scale_as_offline_evaluation_plays_it(models, tmp_path):
+    """A card's ``bid_scale`` (``rcb calibrate``) is applied by the service exactly as by ``onnx:MODEL_DIR``."""
+    calibrated = tmp_path / "calibrated"
+    shutil.copytree(models.cbrl_model, calibrated)
+    card = read_card(calibrated)
+    scaled = card.model_copy(update={"bid_scale": BidScaleInfo(scale=0.7, chosen_by="a test")})
+    (calibrated / CARD_FILE).write_text(scaled.to_json())
+    days = DaySet.load(Market.open(models.market), "test", SETTING)
+    with serving(calibrated) as client:
+        assert client.get("/readyz").json()["bid_scale"] == 0.7
+    served = day_through_api(calibrated, days, "memory")
+    offline = days.play(OnnxBidder.load(calibrated), SEED)
+    assert_same_day(served, offline)
+    plain = days.play(OnnxBidder.load(models.cbrl_model), SEED)
+    assert not np.array_equal(offline.history.ratios, plain.history.ratios)
+
+
+def day_through_api(model: Path, days: DaySet, store: str) -> list[dict]:
+    """Every day of ``days`` played through the API, the simulator as the ad engine: per day, the ratios the
+    service answered and its final campaign view."""
     prefix = f"day{uuid.uuid4().hex[:8]}"
-    with serving(models.cbrl_model, store=url, noise_seed=SEED, key_prefix=prefix) as client:
+    played = []
+    with serving(model, store=store, noise_seed=SEED, key_prefix=prefix) as client:
         for k in range(len(days)):
             budget = float(days.budget[k])
             campaign = f"episode-{k}"
@@ -51,10 +79,9 @@ def test_an_episode_through_the_api_equals_offline_evaluation(models, store, req
                 },
             ).json()
             env = BatchedReplay([days.indexes()[k]], np.array([0]), np.array([budget]))
-            ratio = answer["bid_ratio"]
+            ratios = [answer["bid_ratio"]]
             for slot in range(SLOTS_PER_DAY):
-                assert ratio == pytest.approx(offline.history.ratios[k, slot], abs=1e-6), (k, slot)
-                step = env.step(np.array([ratio]))
+                step = env.step(np.array([ratios[-1]]))
                 r = client.post(
                     "/v1/slot-update",
                     json={
@@ -68,7 +95,15 @@ def test_an_episode_through_the_api_equals_offline_evaluation(models, store, req
                     },
                 )
                 assert r.status_code == 200, r.text
-                ratio = r.json()["bid_ratio"]
-            view = client.get(f"/v1/campaigns/{campaign}").json()
-            assert view["done"] and view["delivery"] == pytest.approx(offline.delivery[k], rel=1e-9, abs=1e-9)
-            assert view["cost"] == pytest.approx(offline.cost[k], rel=1e-9, abs=1e-9)
+                ratios.append(r.json()["bid_ratio"])
+            played.append({"ratios": ratios[:SLOTS_PER_DAY], "view": client.get(f"/v1/campaigns/{campaign}").json()})
+    return played
+
+
+def assert_same_day(served: list[dict], offline: Outcome) -> None:
+    for k, day in enumerate(served):
+        for slot, ratio in enumerate(day["ratios"]):
+            assert ratio == pytest.approx(offline.history.ratios[k, slot], abs=1e-6), (k, slot)
+        view = day["view"]
+        assert view["done"] and view["delivery"] == pytest.approx(offline.delivery[k], rel=1e-9, abs=1e-9)
+        assert view["cost"] == pytest.approx(offline.cost[k], rel=1e-9, abs=1e-9)

@@ -30,6 +30,7 @@ def test_ready_with_a_model_and_a_store(models):
             and ready.json()["algorithm"] == "cbrl"
             and ready.json()["model_kind"] == "policy"
             and ready.json()["model_loaded"]
+            and ready.json()["bid_scale"] == 1.0  # no rcb calibrate: the model's own ratios
         )
         register(c)
         c.post("/v1/slot-update", json=update())
@@ -74,6 +75,7 @@ def test_without_a_model_the_fallback_controller_bids_and_says_so(models, tmp_pa
         assert ready.status_code == 503 and ready.json()["detail"]["model_loaded"] is False
         assert "no such model directory" in ready.json()["detail"]["model_error"]
         assert ready.json()["detail"]["shield_config"] is None  # no model, no band: the fallback bids
+        assert ready.json()["detail"]["bid_scale"] is None
         first = register(c).json()
         assert first["decided_by"] == "fallback" and first["model_version"] == "fallback-controller"
         assert first["bid_ratio"] == pytest.approx(0.9625)

@@ -25,14 +25,15 @@ class OnnxBidder(Bidder):
 
     name: ClassVar[str] = "onnx"
 
-    def __init__(self, artifact: Artifact):
+    def __init__(self, artifact: Artifact, bid_scale: float | None = None):
         self.artifact = artifact
-        self.policy = Policy(artifact)
+        self.policy = Policy(artifact, bid_scale)
+        """``bid_scale``: the card's unless given (:class:`model.policy.Policy`)."""
         self.seed = 0
 
     @classmethod
-    def load(cls, directory: Path | str, intra_op_threads: int = 1) -> OnnxBidder:
-        return cls(load_artifact(directory, intra_op_threads=intra_op_threads))
+    def load(cls, directory: Path | str, intra_op_threads: int = 1, bid_scale: float | None = None) -> OnnxBidder:
+        return cls(load_artifact(directory, intra_op_threads=intra_op_threads), bid_scale)
 
     @property
     def deterministic(self) -> bool:

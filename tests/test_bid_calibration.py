@@ -1,0 +1,168 @@
+"""``rcb calibrate`` (:mod:`training.bid_calibration`): a model's bid scale chosen on the served market's train days,
+carried on its card (``bid_scale``) and applied by :class:`model.policy.Policy`, so by ``onnx:`` and the service."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from artifact_fixtures import SETTING, Exported, exported_runs
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from model.artifact import CARD_FILE, BidScaleInfo, ModelCard, load_artifact, read_card
+from model.contract import RATIO_MAX, SLOTS_PER_DAY
+from rcb.cli import app
+from training.bid_calibration import (
+    LADDER,
+    CalibrationError,
+    calibrate,
+    check_destination,
+    choose_scale,
+    row_name,
+    write_calibrated,
+)
+from training.bidders.onnx import OnnxBidder
+from training.dayset import DaySet
+from training.evaluate import evaluate, parse_methods
+from training.market.dataset import Market
+from training.market.generator import config_with, generate_market
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    return exported_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def served_market(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A market the fixture models were not trained on: another seed and a lower price scale's draw."""
+    market = tmp_path_factory.mktemp("served") / "market"
+    generate_market(market, config_with(days_id=6, days_ood=0, impressions_per_day=3000, seed=9), workers=1)
+    return market
+
+
+def rows_of(pid_csr: float, cells: dict[float, tuple[float, float]]) -> dict[str, dict[str, float]]:
+    rows = {"pid": {"ans": 0.5, "csr": pid_csr}}
+    rows.update({row_name(m): {"ans": ans, "csr": csr} for m, (ans, csr) in cells.items()})
+    return rows
+
+
+def test_the_rule_keeps_the_best_factor_whose_csr_is_the_pids_ties_to_the_nearest_one():
+    ladder = (0.8, 1.0, 1.2, 1.4)
+    # 1.4 scores best but loses days the PID keeps: not eligible; 1.2 is.
+    assert (
+        choose_scale(rows_of(0.9, {0.8: (0.4, 1.0), 1.0: (0.5, 0.9), 1.2: (0.6, 0.9), 1.4: (0.7, 0.8)}), ladder) == 1.2
+    )
+    # Equal CSR shares may differ in the last bit (145/150 against 29/30): equal is eligible.
+    assert choose_scale(rows_of(29 / 30, {0.8: (0.4, 1), 1.0: (0.5, 1), 1.2: (0.6, 145 / 150), 1.4: (0.1, 0)}), ladder)
+    assert (
+        choose_scale(rows_of(29 / 30, {0.8: (0.4, 1), 1.0: (0.5, 1), 1.2: (0.6, 145 / 150), 1.4: (0.1, 0)}), ladder)
+        == 1.2
+    )
+    # A tie goes to the factor nearest 1 (the model as it is, where it ties).
+    assert choose_scale(rows_of(0.9, {0.8: (0.6, 1), 1.0: (0.6, 1), 1.2: (0.6, 1), 1.4: (0.2, 1)}), ladder) == 1.0
+    assert choose_scale(rows_of(0.9, {0.8: (0.6, 1), 1.0: (0.5, 1), 1.2: (0.6, 1), 1.4: (0.2, 1)}), ladder) == 0.8
+    # Nothing keeps the PID's CSR: the model stays as it is.
+    assert (
+        choose_scale(rows_of(1.0, {0.8: (0.6, 0.9), 1.0: (0.5, 0.9), 1.2: (0.6, 0.9), 1.4: (0.2, 0.9)}), ladder) == 1.0
+    )
+
+
+def test_the_card_carries_a_scale_in_range_and_the_served_version_follows_it(exported: Exported):
+    card = read_card(exported.cbrl_model)
+    assert card.bid_scale is None and card.bid_scale_factor() == 1.0
+    for bad in (0.0, -1.0, 5.0, float("nan")):
+        with pytest.raises(ValidationError, match=r"bid_scale|finite|scale"):
+            BidScaleInfo(scale=bad)
+    one = card.model_copy(update={"bid_scale": BidScaleInfo(scale=1.0, chosen_by="x", calibration={"rows": {}})})
+    scaled = card.model_copy(update={"bid_scale": BidScaleInfo(scale=1.2)})
+    # The factor decides, so it names the served model; a factor of 1 and the records do not.
+    assert one.served_sha256() == card.served_sha256()
+    assert scaled.served_sha256() != card.served_sha256()
+    relabelled = scaled.model_copy(update={"bid_scale": BidScaleInfo(scale=1.2, chosen_by="someone else")})
+    assert relabelled.served_sha256() == scaled.served_sha256()
+    assert ModelCard.model_validate_json(scaled.to_json()).bid_scale_factor() == 1.2
+
+
+def test_the_policy_bids_the_models_ratio_times_the_scale(exported: Exported):
+    days = DaySet.load(Market.open(exported.market), "test", SETTING)
+    artifact = load_artifact(exported.cbrl_model)
+    plain, scaled = OnnxBidder(artifact), OnnxBidder(artifact, bid_scale=0.6)
+    history = days.play(plain, 3).history  # a whole day: every slot's decision from the same played history
+    for bidder in (plain, scaled):
+        bidder.start(days.registration(), 3)
+    for slot in (0, 7, SLOTS_PER_DAY - 1):
+        before = history.until(slot)
+        np.testing.assert_array_equal(scaled.bid(before), np.clip(plain.bid(before) * 0.6, 0.0, RATIO_MAX))
+    assert OnnxBidder(artifact).policy.bid_scale == 1.0  # the card's: none
+
+
+def test_calibrate_plays_the_ladder_and_writes_a_copy_that_onnx_plays_as_chosen(
+    exported: Exported, served_market: Path, tmp_path: Path
+):
+    chosen, episodes = calibrate(exported.cbrl_model, served_market, seeds=1)
+    assert set(episodes["method"]) == {"pid", *(row_name(m) for m in LADDER)}
+    assert chosen.scale in LADDER and chosen.days == len(DaySet.load(Market.open(served_market), "train", SETTING))
+    assert chosen.scale == choose_scale(chosen.rows)
+    out = tmp_path / "calibrated"
+    card = write_calibrated(exported.cbrl_model, out, chosen)
+    assert card.bid_scale is not None and card.bid_scale.scale == chosen.scale
+    assert card.bid_scale.data_fingerprint == Market.open(served_market).split_fingerprint("train")
+    assert card.bid_scale.calibration["rows"][row_name(chosen.scale)]["ans"] == round(
+        chosen.rows[row_name(chosen.scale)]["ans"], 4
+    )
+    assert card.evaluation.measured == {}  # the original's figures were of the model without the factor
+    # The graphs are the model's, byte for byte; only the card differs.
+    for name in read_card(exported.cbrl_model).files:
+        assert (out / name).read_bytes() == (Path(exported.cbrl_model) / name).read_bytes()
+    # rcb evaluate's shield:onnx:OUT on the same train days plays the chosen row's episodes exactly.
+    played = evaluate(Market.open(served_market), SETTING, "train", parse_methods(f"shield:onnx:{out}"), seeds=1)
+    ours = played.episodes.sort_values("day")
+    rule = episodes[episodes["method"] == row_name(chosen.scale)].sort_values("day")
+    np.testing.assert_array_equal(ours["delivery"].to_numpy(), rule["delivery"].to_numpy())
+    np.testing.assert_array_equal(ours["cost"].to_numpy(), rule["cost"].to_numpy())
+
+
+def test_calibration_refuses_the_models_own_days_and_a_destination_it_would_spoil(
+    exported: Exported, served_market: Path, tmp_path: Path
+):
+    with pytest.raises(CalibrationError, match="trained and selected on"):
+        calibrate(exported.cbrl_model, exported.market, seeds=1)
+    with pytest.raises(CalibrationError, match="the model itself"):
+        check_destination(exported.cbrl_model, exported.cbrl_model)
+    taken = tmp_path / "taken"
+    shutil.copytree(exported.cbrl_model, taken)
+    with pytest.raises(CalibrationError, match="--force"):
+        check_destination(exported.cbrl_model, taken)
+    check_destination(exported.cbrl_model, taken, force=True)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("mine")
+    with pytest.raises(CalibrationError, match="holds no model"):
+        check_destination(exported.cbrl_model, tmp_path / "notes")
+
+
+def test_rcb_calibrate_writes_the_copy_and_says_why_it_refuses(exported: Exported, served_market: Path, tmp_path: Path):
+    out = tmp_path / "cli-calibrated"
+    args = ["calibrate", str(exported.cbrl_model), str(served_market), "--out", str(out), "--seeds", "1", "--quiet"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    said = json.loads(result.stdout)
+    assert said["out"] == str(out) and said["scale"] in LADDER and said["split"] == "train"
+    assert json.loads((out / CARD_FILE).read_text())["bid_scale"]["scale"] == said["scale"]
+    for bad_args, message in (
+        (args, "--force"),  # the copy is there now
+        (
+            ["calibrate", str(exported.cbrl_model), str(exported.market), "--out", str(tmp_path / "x"), "--quiet"],
+            "selected on",
+        ),
+        (
+            ["calibrate", str(tmp_path / "nothing"), str(served_market), "--out", str(tmp_path / "y"), "--quiet"],
+            "nothing",
+        ),
+    ):
+        result = CliRunner().invoke(app, bad_args)
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
