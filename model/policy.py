@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.artifact import Artifact
+from model.artifact import BID_SCALE_RANGE, Artifact
 from model.contract import RATIO_MAX, RATIO_MIN
 from model.controller import ControllerGains, Reference
 from model.features import observation_sequence
@@ -140,6 +140,9 @@ class Policy:
         self.bid_scale = artifact.card.bid_scale_factor() if bid_scale is None else float(bid_scale)
         """The factor on every decided ratio: the card's calibrated ``bid_scale`` (1 without one), or the one given
         (:mod:`training.bid_calibration` plays candidates with it)."""
+        low, high = BID_SCALE_RANGE
+        if not low <= self.bid_scale <= high:  # also refuses nan: a card's own factor is checked the same way
+            raise ValueError(f"bid scale must be in [{low:g}, {high:g}], not {bid_scale!r}")
 
     @property
     def latent_dim(self) -> int:

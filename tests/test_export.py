@@ -372,7 +372,7 @@ def test_swaps_into_one_directory_run_one_at_a_time(tmp_path: Path, monkeypatch:
     import threading
     import time
 
-    from training import export as export_module
+    from training import files as files_module
 
     out = tmp_path / "model"
     real_replace, inside, overlapped = os.replace, [0], []
@@ -386,13 +386,13 @@ def test_swaps_into_one_directory_run_one_at_a_time(tmp_path: Path, monkeypatch:
         finally:
             inside[0] -= 1
 
-    monkeypatch.setattr(export_module.os, "replace", slow_replace)
+    monkeypatch.setattr(files_module.os, "replace", slow_replace)
     errors: list[BaseException] = []
 
     def export(name: str) -> None:
         try:
             for k in range(5):
-                with export_module._built_beside(out) as building:
+                with files_module.built_beside(out) as building:
                     (building / "model.json").write_text(f"{name}-{k}")
         except BaseException as exc:  # the test reports any failure
             errors.append(exc)

@@ -31,6 +31,7 @@ from training.evaluate import (
     split_days,
 )
 from training.market.dataset import Market
+from training.market.generator import config_with, generate_market
 from training.shield_sweep import main as shield_sweep_main
 from training.shield_sweep import parse_config, sweep
 from training.significance import paired_gap
@@ -221,14 +222,24 @@ def test_a_residual_runs_shield_is_centred_on_its_own_reference(tmp_path_factory
     # A baseline and a non-residual run have no reference of their own: the market's PID.
     hard, _ = run_bidder(exported.hard_run, SETTING)
     assert shield_gains(hard, market, SETTING, train) == market_shield_gains(market, SETTING, train)
-    # rcb evaluate plays the run and its one-run ensemble behind exactly that band.
-    direct = days.play(ShieldedBidder(run_bidder(exported.residual_run, SETTING)[0], own))
+    # rcb evaluate plays the run and its one-run ensemble behind exactly that band, on a market it was not trained
+    # on too (where the market's PID, which it centred on before, is another controller and plays other days).
+    foreign_dir = tmp_path_factory.mktemp("foreign") / "market"
+    generate_market(foreign_dir, config_with(days_id=6, days_ood=0, impressions_per_day=3000, seed=9), workers=1)
+    foreign = Market.open(foreign_dir)
+    foreign_days, foreign_train = split_days(foreign, "test", SETTING)
+    theirs = market_shield_gains(foreign, SETTING, foreign_train)
+    assert theirs.tuned() != own.tuned()
     methods = parse_methods(f"shield:{exported.residual_run},shield:ensemble:one={exported.residual_run}")
-    result = evaluate(market, SETTING, "test", methods, seeds=1)
-    for label in map(method_label, methods):
-        rows = result.episodes[result.episodes["method"] == label]
-        np.testing.assert_array_equal(rows["delivery"].to_numpy(), direct.delivery, err_msg=label)
-        np.testing.assert_array_equal(rows["cost"].to_numpy(), direct.cost, err_msg=label)
+    for played_market, played_days in ((market, days), (foreign, foreign_days)):
+        direct = played_days.play(ShieldedBidder(run_bidder(exported.residual_run, SETTING)[0], own))
+        result = evaluate(played_market, SETTING, "test", methods, seeds=1)
+        for label in map(method_label, methods):
+            rows = result.episodes[result.episodes["method"] == label]
+            np.testing.assert_array_equal(rows["delivery"].to_numpy(), direct.delivery, err_msg=label)
+            np.testing.assert_array_equal(rows["cost"].to_numpy(), direct.cost, err_msg=label)
+    behind_theirs = foreign_days.play(ShieldedBidder(run_bidder(exported.residual_run, SETTING)[0], theirs))
+    assert not np.array_equal(behind_theirs.cost, direct.cost)  # the band's centre decides: the test can tell
 
 
 def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: pytest.TempPathFactory):

@@ -37,8 +37,8 @@ from model.artifact import CARD_FILE, BidScaleInfo, ModelCard, load_artifact
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
 from training.evaluate import episode_rows, split_days, summarize, tuned_baseline
-from training.files import atomic_write_text
-from training.market.dataset import Market
+from training.files import atomic_write_text, built_beside
+from training.market.dataset import Market, MarketError
 
 LADDER = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5)
 """The factors played (rule B2's): 1 is the model as exported."""
@@ -67,6 +67,8 @@ class BidCalibration:
     days: int
     market: str
     data_fingerprint: str
+    seeds: int
+    """Seeds each factor was played with (1 where the shielded model is deterministic)."""
 
     def record(self) -> dict[str, Any]:
         """The card's ``bid_scale.calibration``: the rule, the figures it read and the choice."""
@@ -74,7 +76,7 @@ class BidCalibration:
             "rule": "training/bid_calibration.py (pre-registered 0d0e97f and 292d2b4)",
             "split": SPLIT,
             "days": self.days,
-            "seeds": SEEDS,
+            "seeds": self.seeds,
             "rows": {name: {k: round(v, 4) for k, v in row.items()} for name, row in self.rows.items()},
             "scale": self.scale,
         }
@@ -107,7 +109,7 @@ def calibrate(
     if not market.split(SPLIT):
         raise CalibrationError(f"{market_dir} has no train days: the rule reads the served market's train days")
     fingerprint = market.split_fingerprint(SPLIT)
-    if fingerprint == card.training.data_fingerprint:
+    if fingerprint in _trained_fingerprints(card):
         raise CalibrationError(
             f"{market_dir}'s train days are the ones {model_dir} was trained and selected on; calibrate it on a market"
             " it will serve and has not seen"
@@ -117,9 +119,11 @@ def calibrate(
     played = days.play(pid, 0)
     frames = [episode_rows(REFERENCE, 0, days, played.delivery, played.cost)]
     gains, config = artifact.controller_gains(), card.shield_config()
+    played_seeds = seeds
     for scale in LADDER:
         bidder = ShieldedBidder(OnnxBidder(artifact, bid_scale=scale), gains, config)
-        for seed in range(seeds if not bidder.deterministic else 1):
+        played_seeds = seeds if not bidder.deterministic else 1
+        for seed in range(played_seeds):
             played = days.play(bidder, seed)
             frames.append(episode_rows(row_name(scale), seed, days, played.delivery, played.cost))
         if progress:
@@ -128,8 +132,20 @@ def calibrate(
     names = [REFERENCE, *(row_name(m) for m in LADDER)]
     summary = summarize(episodes, names)
     rows = {name: {"ans": float(summary[name]["ans_median"]), "csr": float(summary[name]["csr"])} for name in names}
-    chosen = BidCalibration(choose_scale(rows), rows, len(days), str(market_dir), fingerprint)
+    chosen = BidCalibration(choose_scale(rows), rows, len(days), str(market_dir), fingerprint, played_seeds)
     return chosen, episodes
+
+
+def _trained_fingerprints(card: ModelCard) -> set[str]:
+    """The train-split fingerprints the model saw: its card's, and each pooled market's that can still be opened
+    (a pooled card holds only their fold)."""
+    seen = {card.training.data_fingerprint}
+    for path in card.training.pooled_markets:
+        try:
+            seen.add(Market.open(Path(path)).split_fingerprint(SPLIT))
+        except (MarketError, OSError):
+            continue  # moved or deleted since training: only the folded fingerprint can say
+    return seen
 
 
 def check_destination(model_dir: Path, out: Path, force: bool = False) -> None:
@@ -165,12 +181,8 @@ def write_calibrated(model_dir: Path, out: Path, calibration: BidCalibration, fo
     evaluation = card.evaluation.model_copy(update={"measured": {}})
     updated = card.model_copy(update={"bid_scale": info, "evaluation": evaluation})
     ModelCard.model_validate_json(updated.to_json())  # what is written must read back
-    building = out.with_name(out.name + ".building")
-    shutil.rmtree(building, ignore_errors=True)
-    shutil.copytree(model_dir, building)
-    atomic_write_text(building / CARD_FILE, updated.to_json())
-    load_artifact(building)  # the copy loads as a model before it takes the destination
-    if out.exists():
-        shutil.rmtree(out)
-    building.rename(out)
+    with built_beside(out) as building:  # a crash or a copy that does not load leaves ``out`` as it was
+        shutil.copytree(model_dir, building, dirs_exist_ok=True)
+        atomic_write_text(building / CARD_FILE, updated.to_json())
+        load_artifact(building)  # the copy loads as a model before it takes the destination
     return updated

@@ -180,6 +180,28 @@ def method_warnings(listed: list[str]) -> list[str]:
     return warnings
 
 
+def calibration_warnings(listed: list[str], market: Market, split: str) -> list[str]:
+    """Models whose card's bid scale was chosen on the days about to be scored (``rcb calibrate`` reads a market's
+    train days): their figures there are in-sample, to print before the work (nothing is refused)."""
+    if split not in ("train", "validation"):
+        return []
+    warnings = []
+    for method in listed:
+        inner = unshielded(method)[0]
+        if not inner.startswith(ONNX_PREFIX):
+            continue
+        try:
+            scale = read_card(Path(inner[len(ONNX_PREFIX) :])).bid_scale
+        except ArtifactError:
+            continue  # an unreadable card fails where it is loaded, with its own message
+        if scale is not None and scale.data_fingerprint == market.split_fingerprint("train"):
+            warnings.append(
+                f"{method!r}: its bid scale {scale.scale:g} was chosen on this market's train days, so its figures on"
+                f" --split {split} are in-sample; score it on test or OOD days"
+            )
+    return warnings
+
+
 def _tuning_key(market: Market, method: str, setting: Setting) -> str:
     fields = {
         "method": method,
@@ -357,8 +379,9 @@ def evaluate(
     def shielded_by(inner: Bidder) -> ShieldedBidder:
         """``inner`` behind :func:`shield_config`'s band around :func:`shield_gains`' controller (a model's from
         its card, a residual run's its own reference, as the service runs them; else the market's PID)."""
-        own = shield_gains(inner, market, setting, train, progress) if _own_shield_reference(inner) else market_pid()
-        return ShieldedBidder(inner, own, shield_config(inner))
+        return ShieldedBidder(
+            inner, shield_gains(inner, market, setting, train, progress, market_pid), shield_config(inner)
+        )
 
     frames: list[pd.DataFrame] = []
     tuned: dict[str, dict[str, Any]] = {}
@@ -537,17 +560,24 @@ def _play_run_group(
 
 
 def shield_gains(
-    inner: Bidder, market: Market, setting: Setting, train: Callable[[], DaySet], progress: Progress | None = None
+    inner: Bidder,
+    market: Market,
+    setting: Setting,
+    train: Callable[[], DaySet],
+    progress: Progress | None = None,
+    market_pid: Callable[[], ControllerGains] | None = None,
 ) -> ControllerGains:
     """The controller behind ``inner``'s shield, as the service would run it: an exported model's card (gains,
     traffic profile); a residual run's (or ensemble's) own reference, the controller it was trained around and its
     export writes on the card, whichever market it plays; else (a baseline, a non-residual run) the PID tuned on
-    this market's train days, which is what a non-residual run's export writes where it plays its own market."""
+    this market's train days, which is what a non-residual run's export writes where it plays its own market (on
+    another market it is that market's PID, not the one its card would carry). ``market_pid``: that PID, where the
+    caller keeps it (tuned once per evaluation)."""
     if isinstance(inner, OnnxBidder):
         return inner.artifact.controller_gains()
     if isinstance(own := getattr(inner, "controller", None), ControllerGains):
         return own
-    return market_shield_gains(market, setting, train, progress)
+    return market_pid() if market_pid is not None else market_shield_gains(market, setting, train, progress)
 
 
 def market_shield_gains(
@@ -556,11 +586,6 @@ def market_shield_gains(
     """The PID tuned on ``market``'s train days, as a shield's controller (gains and the train days' profile)."""
     params = tuned_baseline(market, "pid", setting, train, progress)[0].params()
     return ControllerGains.with_profile(params["traffic_profile"], params)
-
-
-def _own_shield_reference(inner: Bidder) -> bool:
-    """Whether ``inner`` carries the controller of its own shield (a card's, a residual run's reference)."""
-    return isinstance(inner, OnnxBidder) or isinstance(getattr(inner, "controller", None), ControllerGains)
 
 
 def shield_config(inner: Bidder) -> ShieldConfig:

@@ -24,12 +24,9 @@ import datetime as dt
 import io
 import json
 import logging
-import os
 import pickle
-import shutil
-import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,7 +72,7 @@ from training.agents.networks import TanhGaussianPolicy
 from training.agents.sac import reference_of
 from training.bidders.onnx import OnnxBidder
 from training.encoder_graph import encoder_graph
-from training.files import atomic_write_text
+from training.files import atomic_write_text, built_beside
 from training.train import (
     RUN_FILE,
     best_bidder,
@@ -260,53 +257,6 @@ def check_parity(
     return worst
 
 
-def _swap_into_place(built: Path, out: Path) -> None:
-    """Replace ``out`` by ``built`` with renames: a reader sees the old artifact, none, or the new one."""
-    if not out.exists():
-        os.replace(built, out)
-        return
-    retired = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
-    os.replace(out, retired)
-    os.replace(built, out)
-    shutil.rmtree(retired, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _built_beside(out: Path) -> Iterator[Path]:
-    """A fresh directory beside ``out`` to build an artifact in: when the block ends without an error it replaces
-    ``out`` (:func:`_swap_into_place`); whatever happens, nothing of it is left behind.
-
-    A symlinked ``out`` (``models/current -> models/v12``) has its target replaced and the link kept (the swap
-    replaced the link by a directory). Swaps take a lock on ``out``'s parent directory: two exports into one
-    ``out`` at once both finish, the later swap serving (unlocked, one could find the other's half-done swap and
-    fail)."""
-    out = out.resolve() if out.is_symlink() else out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    building = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    building.mkdir()
-    try:
-        yield building
-        with _swap_lock(out):
-            _swap_into_place(building, out)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _swap_lock(out: Path) -> Iterator[None]:
-    """An exclusive lock on the directory holding ``out`` (flock on its descriptor: no lock file left beside the
-    model, released if the process dies). Swaps into one parent directory run one at a time; each takes
-    milliseconds."""
-    import fcntl
-
-    descriptor = os.open(out.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # closing the last descriptor releases the lock
-
-
 def check_destination(out: Path, force: bool) -> None:
     here = Path.cwd().resolve()
     if out.resolve() == here or out.resolve() in here.parents:  # the swap would move the shell's directory away
@@ -427,7 +377,7 @@ def export_modules(
         raise ExportError(f"the actor does not take {obs_dim} features + {latent} latent inputs ({exc})") from None
     transition_dim = encoder.embed.in_features if encoder is not None else None
 
-    with _built_beside(out) as building:
+    with built_beside(out) as building:
         if progress:
             progress(POLICY_FILE)
         example_obs = torch.zeros(3, obs_dim)
@@ -589,7 +539,7 @@ def export_planner(
         progress("alerts")
     train_edge, train_misfit = planner_bidder.train_depth(tuned, days)
     edge_alert, misfit_alert = calibrated_alerts(train_edge, train_misfit)
-    with _built_beside(out) as building:
+    with built_beside(out) as building:
         if progress:
             progress(SCENARIOS_FILE)
         save_scenarios(tuned.scenarios, building / SCENARIOS_FILE)

@@ -113,6 +113,7 @@ def evaluate_command(
     from training.evaluate import (
         BASELINES,
         EvaluationError,
+        calibration_warnings,
         evaluate,
         method_warnings,
         parse_methods,
@@ -129,6 +130,8 @@ def evaluate_command(
             for warning in method_warnings(chosen):
                 console.print(f"[yellow]warning:[/] {escape(warning)}")
             market = Market.open(data_dir)
+            for warning in calibration_warnings(chosen, market, day_split):
+                console.print(f"[yellow]warning:[/] {escape(warning)}")
             if not market.split("train" if day_split == "validation" else day_split):
                 raise EvaluationError(f"{data_dir}: split {day_split!r} has no days")
             if any(m in BASELINES for m in chosen) and not market.split("train"):

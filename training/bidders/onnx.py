@@ -28,7 +28,7 @@ class OnnxBidder(Bidder):
     def __init__(self, artifact: Artifact, bid_scale: float | None = None):
         self.artifact = artifact
         self.policy = Policy(artifact, bid_scale)
-        """``bid_scale``: the card's unless given (:class:`model.policy.Policy`)."""
+        """The decision step the service runs; it bids times ``bid_scale``, the card's unless given."""
         self.seed = 0
 
     @classmethod
