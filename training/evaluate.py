@@ -377,8 +377,9 @@ def evaluate(
         return market_gains[0]
 
     def shielded_by(inner: Bidder) -> ShieldedBidder:
-        """``inner`` behind :func:`shield_config`'s band around :func:`shield_gains`' controller (a model's from
-        its card, a residual run's its own reference, as the service runs them; else the market's PID)."""
+        """``inner`` behind the band :func:`shield_config` gives it, centred on the controller :func:`shield_gains`
+        gives it: a model's card controller or a residual run's own reference (as the service would serve them),
+        else the market's PID."""
         return ShieldedBidder(
             inner, shield_gains(inner, market, setting, train, progress, market_pid), shield_config(inner)
         )
