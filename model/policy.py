@@ -142,7 +142,7 @@ class Policy:
         (:mod:`training.bid_calibration` plays candidates with it)."""
         low, high = BID_SCALE_RANGE
         if not low <= self.bid_scale <= high:  # also refuses nan: a card's own factor is checked the same way
-            raise ValueError(f"bid scale must be in [{low:g}, {high:g}], not {bid_scale!r}")
+            raise ValueError(f"bid scale must be in [{low:g}, {high:g}], not {self.bid_scale!r}")
 
     @property
     def latent_dim(self) -> int:

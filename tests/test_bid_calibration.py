@@ -98,7 +98,7 @@ def test_the_card_carries_a_scale_in_range_and_the_served_version_follows_it(exp
 def test_the_policy_bids_the_models_ratio_times_the_scale(exported: Exported):
     days = DaySet.load(Market.open(exported.market), "test", SETTING)
     artifact = load_artifact(exported.cbrl_model)
-    plain, scaled = OnnxBidder(artifact), OnnxBidder(artifact, bid_scale=0.6)
+    plain, scaled = OnnxBidder(artifact), OnnxBidder(artifact, bid_scale=4.0)
     history = days.play(plain, 3).history  # a whole day: every slot's decision from the same played history
     for bidder in (plain, scaled):
         bidder.start(days.registration(), 3)
@@ -108,9 +108,11 @@ def test_the_policy_bids_the_models_ratio_times_the_scale(exported: Exported):
         assert inputs.steps is not None and inputs.mask is not None and inputs.eps is not None
         mean, std = artifact.posterior(inputs.steps, inputs.mask)
         raw = artifact.act(inputs.obs, sample_posterior(mean, std, inputs.eps)).astype(np.float64)
-        # The graph's ratio times the scale, then clipped (a ratio the graph puts above 4 is scaled from where it is).
-        np.testing.assert_array_equal(scaled.bid(before), np.clip(raw * 0.6, 0.0, RATIO_MAX))
-        np.testing.assert_array_equal(plain.bid(before), np.clip(raw, 0.0, RATIO_MAX))
+        # The graph's ratio times the scale, then clipped to [0, 4].
+        np.testing.assert_array_equal(scaled.bid(before), np.clip(raw * 4.0, 0.0, RATIO_MAX))
+        np.testing.assert_array_equal(plain.bid(before), raw)
+    # The clip comes after the product (this fixture's ratios stay below 1, so the order is checked on its own).
+    np.testing.assert_array_equal(scaled.policy._scaled(np.array([0.5, 1.5, 0.0])), [2.0, RATIO_MAX, 0.0])
     assert OnnxBidder(artifact).policy.bid_scale == 1.0  # the card's: none
     for bad in (0.0, 0.1, 5.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="bid scale must be in"):
@@ -158,6 +160,16 @@ def test_calibration_refuses_the_models_own_days_and_a_destination_it_would_spoi
     (pooled / CARD_FILE).write_text(card.model_copy(update={"training": training}).to_json())
     with pytest.raises(CalibrationError, match="trained and selected on"):
         calibrate(pooled, served_market, seeds=1)
+    # A pooled market that cannot be opened from here cannot be checked: said, not skipped in silence.
+    moved = card.training.model_copy(
+        update={"data_fingerprint": "pooled:0123", "pooled_markets": [str(tmp_path / "moved"), str(exported.market)]}
+    )
+    (pooled / CARD_FILE).write_text(card.model_copy(update={"training": moved}).to_json())
+    told: list[str] = []
+    calibrate(pooled, served_market, seeds=1, warn=told.append)
+    assert len(told) == 1 and str(tmp_path / "moved") in told[0]
+    with pytest.raises(CalibrationError, match="inside the model"):
+        check_destination(exported.cbrl_model, Path(exported.cbrl_model) / "calibrated")
     with pytest.raises(CalibrationError, match="the model itself"):
         check_destination(exported.cbrl_model, exported.cbrl_model)
     taken = tmp_path / "taken"
@@ -225,3 +237,37 @@ def test_the_copy_replaces_a_linked_destination_and_a_copy_that_does_not_load_le
     with pytest.raises(ValueError, match="no model here"):
         write_calibrated(exported.cbrl_model, link, replace(chosen, scale=0.9), force=True)
     assert read_card(target).bid_scale_factor() == 1.2 and sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_deterministic_model_records_the_one_seed_it_played(exported: Exported, served_market: Path):
+    chosen, episodes = calibrate(exported.hard_model, served_market, seeds=5)
+    assert chosen.seeds == 1 and chosen.record()["seeds"] == 1 and set(episodes["seed"]) == {0}
+
+
+def test_the_copy_is_writable_and_a_destination_taken_meanwhile_is_not_overwritten(
+    exported: Exported, served_market: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    rows = {"pid": {"ans": 0.5, "csr": 1.0}, **{row_name(m): {"ans": 0.5, "csr": 1.0} for m in LADDER}}
+    chosen = BidCalibration(1.2, rows, 6, str(served_market), "f" * 64, 1)
+    # A read-only model (0555) is copied by content: the copy's directory is the user's to write.
+    readonly = tmp_path / "readonly"
+    shutil.copytree(exported.cbrl_model, readonly)
+    readonly.chmod(0o555)
+    try:
+        write_calibrated(readonly, tmp_path / "from-readonly", chosen)
+    finally:
+        readonly.chmod(0o755)
+    assert (tmp_path / "from-readonly").stat().st_mode & 0o777 == 0o755
+    # Another calibration that takes the new --out while this one builds its copy: refused at the swap, not lost.
+    out = tmp_path / "contested"
+    real_load = bid_calibration.load_artifact
+
+    def load_and_race(directory: Path, **kwargs: object):
+        shutil.copytree(exported.cbrl_model, out)  # the other writer's copy lands first
+        return real_load(directory, **kwargs)
+
+    monkeypatch.setattr(bid_calibration, "load_artifact", load_and_race)
+    with pytest.raises(CalibrationError, match="--force"):
+        write_calibrated(exported.cbrl_model, out, chosen)
+    assert read_card(out).bid_scale is None  # the other writer's model stands
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["contested", "from-readonly", "readonly"]

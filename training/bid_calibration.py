@@ -25,6 +25,7 @@ and `volatile` +0.015 to +0.024, `sparse` +0.002 to +0.004.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,17 +100,27 @@ def choose_scale(rows: dict[str, dict[str, float]], ladder: tuple[float, ...] = 
 
 
 def calibrate(
-    model_dir: Path, market_dir: Path, seeds: int = SEEDS, progress: Progress | None = None
+    model_dir: Path,
+    market_dir: Path,
+    seeds: int = SEEDS,
+    progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> tuple[BidCalibration, pd.DataFrame]:
     """Play every factor of :data:`LADDER` on ``market_dir``'s train days behind ``model_dir``'s shield (module
-    docstring); the choice and the episodes (rows ``pid`` and ``m=M``)."""
+    docstring); the choice and the episodes (rows ``pid`` and ``m=M``). ``warn``: told what could not be checked."""
     artifact = load_artifact(model_dir)
     card = artifact.card
     market = Market.open(market_dir)
     if not market.split(SPLIT):
         raise CalibrationError(f"{market_dir} has no train days: the rule reads the served market's train days")
     fingerprint = market.split_fingerprint(SPLIT)
-    if fingerprint in _trained_fingerprints(card):
+    trained, unread = _trained_fingerprints(card)
+    if unread and warn:
+        warn(
+            f"{model_dir} was pooled over markets that cannot be opened from here ({', '.join(unread)}): whether"
+            f" {market_dir} is one of them cannot be checked; calibrate only on a market it was not trained on"
+        )
+    if fingerprint in trained:
         raise CalibrationError(
             f"{market_dir}'s train days are the ones {model_dir} was trained and selected on; calibrate it on a market"
             " it will serve and has not seen"
@@ -136,24 +147,26 @@ def calibrate(
     return chosen, episodes
 
 
-def _trained_fingerprints(card: ModelCard) -> set[str]:
-    """The train-split fingerprints the model saw: its card's, and each pooled market's that can still be opened
-    (a pooled card holds only their fold)."""
-    seen = {card.training.data_fingerprint}
+def _trained_fingerprints(card: ModelCard) -> tuple[set[str], list[str]]:
+    """The train-split fingerprints the model saw (its card's, and each pooled market's that can still be opened: a
+    pooled card holds only their fold), and the pooled markets that could not be opened."""
+    seen, unread = {card.training.data_fingerprint}, []
     for path in card.training.pooled_markets:
         try:
             seen.add(Market.open(Path(path)).split_fingerprint(SPLIT))
-        except (MarketError, OSError):
-            continue  # moved or deleted since training: only the folded fingerprint can say
-    return seen
+        except (MarketError, OSError, KeyError, TypeError):
+            unread.append(path)  # moved, deleted or relative to another directory: only the fold can say
+    return seen, unread
 
 
 def check_destination(model_dir: Path, out: Path, force: bool = False) -> None:
     """Refuse ``out`` before any play: the model itself, the current directory (or one holding it), a file, a
     directory holding something other than a model, or a model without ``force``."""
-    out, here = Path(out).resolve(), Path.cwd().resolve()
-    if out == Path(model_dir).resolve():
+    out, here, model = Path(out).resolve(), Path.cwd().resolve(), Path(model_dir).resolve()
+    if out == model:
         raise CalibrationError(f"--out {out} is the model itself; the calibrated copy goes to a new directory")
+    if model in out.parents:  # the copy would be built inside what it copies
+        raise CalibrationError(f"--out {out} is inside the model {model_dir}; the calibrated copy goes beside it")
     if out == here or out in here.parents:
         raise CalibrationError(f"--out {out} is the current directory or holds it; name a model directory")
     if out.exists() and not out.is_dir():
@@ -163,6 +176,11 @@ def check_destination(model_dir: Path, out: Path, force: bool = False) -> None:
             raise CalibrationError(f"{out} is a non-empty directory that holds no model; choose another --out")
         if not force:
             raise CalibrationError(f"{out} already holds a model; pass --force to overwrite it")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK | os.X_OK):  # the copy is built and swapped in beside ``out``
+        raise CalibrationError(f"--out {out}: {parent} is not writable; the copy is built there")
 
 
 def write_calibrated(model_dir: Path, out: Path, calibration: BidCalibration, force: bool = False) -> ModelCard:
@@ -181,8 +199,13 @@ def write_calibrated(model_dir: Path, out: Path, calibration: BidCalibration, fo
     evaluation = card.evaluation.model_copy(update={"measured": {}})
     updated = card.model_copy(update={"bid_scale": info, "evaluation": evaluation})
     ModelCard.model_validate_json(updated.to_json())  # what is written must read back
-    with built_beside(out) as building:  # a crash or a copy that does not load leaves ``out`` as it was
-        shutil.copytree(model_dir, building, dirs_exist_ok=True)
+    # A crash or a copy that does not load leaves ``out`` as it was; ``out`` is checked again under the swap's lock,
+    # so a second calibration into a new ``out`` at the same time is refused rather than overwritten.
+    with built_beside(out, before_swap=lambda: check_destination(model_dir, out, force)) as building:
+        # The files' contents, not their modes: a read-only model (0555) still gives a copy whose card can be written.
+        shutil.copytree(model_dir, building, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        for directory, _, _ in os.walk(building):
+            Path(directory).chmod(0o755)
         atomic_write_text(building / CARD_FILE, updated.to_json())
         load_artifact(building)  # the copy loads as a model before it takes the destination
     return updated

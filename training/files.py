@@ -37,7 +37,7 @@ def swap_into_place(built: Path, out: Path) -> None:
 
 
 @contextlib.contextmanager
-def built_beside(out: Path) -> Iterator[Path]:
+def built_beside(out: Path, before_swap: Callable[[], None] | None = None) -> Iterator[Path]:
     """A fresh directory beside ``out`` to build an artifact in: when the block ends without an error it replaces
     ``out`` (:func:`swap_into_place`); whatever happens, nothing of it is left behind.
 
@@ -52,6 +52,8 @@ def built_beside(out: Path) -> Iterator[Path]:
     try:
         yield building
         with swap_lock(out):
+            if before_swap is not None:  # e.g. the destination checked again, where no other swap can run
+                before_swap()
             swap_into_place(building, out)
     finally:
         shutil.rmtree(building, ignore_errors=True)

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from rcb.commands.common import check_output_dir, print_json, progress, stdout_console, user_errors
+from rcb.commands.common import check_output_dir, console, fail, print_json, progress, stdout_console, user_errors
 
 
 def calibrate_command(
@@ -27,19 +28,25 @@ def calibrate_command(
     onnx:OUT apply it before the shield."""
     from training.bid_calibration import LADDER, calibrate, check_destination, row_name, write_calibrated
 
+    def warn(message: str) -> None:
+        console.print(f"[yellow]warning:[/] {escape(message)}")
+
     with user_errors():
-        check_output_dir(out)
-        check_destination(model, out, force)
-        with progress(quiet) as bar:
-            task = bar.add_task("factors", total=len(LADDER))
-            chosen, _ = calibrate(model, market, seeds, progress=lambda _: bar.advance(task))
-        write_calibrated(model, out, chosen, force)
+        try:
+            check_output_dir(out)
+            check_destination(model, out, force)
+            with progress(quiet) as bar:
+                task = bar.add_task("factors", total=len(LADDER))
+                chosen, _ = calibrate(model, market, seeds, progress=lambda _: bar.advance(task), warn=warn)
+            write_calibrated(model, out, chosen, force)
+        except PermissionError as exc:  # a directory the copy cannot be written to: said, not a traceback
+            raise fail(f"{out}: {exc.strerror}: {exc.filename}") from None
     if as_json:
         print_json({"out": str(out), "model": str(model), **chosen.record()})
         return
-    console = stdout_console()
-    console.print(f"{market}: {chosen.days} train days behind the model's shield; median ANS (mean CSR)")
+    out_console = stdout_console()
+    out_console.print(f"{market}: {chosen.days} train days behind the model's shield; median ANS (mean CSR)")
     for name, row in chosen.rows.items():
         mark = "  <- chosen" if name == row_name(chosen.scale) else ""
-        console.print(f"  {name:>6}  {row['ans']:.3f} ({row['csr']:.2f}){mark}", highlight=False)
-    console.print(f"{out}: {model} with bid scale {chosen.scale:g}", highlight=False)
+        out_console.print(f"  {name:>6}  {row['ans']:.3f} ({row['csr']:.2f}){mark}", highlight=False)
+    out_console.print(f"{out}: {model} with bid scale {chosen.scale:g}", highlight=False)
