@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -24,6 +25,8 @@ from redis.retry import Retry
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 10.0
+PORT_ATTEMPTS = 5
+"""Ports a first start tries before it gives up (each taken between its choice and the bind)."""
 
 
 class RedisNotInstalled(RuntimeError):
@@ -57,10 +60,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    """The range the OS hands out to outgoing connections (Linux's default where it cannot be read)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_cluster_port(taken: set[int]) -> int:
-    """A free port P < 55536 whose cluster bus port P + 10000 is free too."""
+    """A free port P whose cluster bus port P + 10000 is free too, both outside the ephemeral range where it leaves
+    room: a port chosen there can be taken by any test's outgoing connection before the node binds it (seen in CI:
+    "Address already in use")."""
+    low, high = _ephemeral_ports()
+    below = (10000, low - 10001)  # P and P + 10000 both under the ephemeral range
+    span = below if below[1] - below[0] >= 1000 else (high + 1, 55535)
     for _ in range(1000):
-        port = random.randint(20000, 55535)
+        port = random.randint(*span) if span[0] <= span[1] else random.randint(20000, 55535)
         if port in taken or port + 10000 in taken:
             continue
         if _bindable(port) and _bindable(port + 10000):
@@ -76,14 +93,23 @@ class RedisServer:
     ``restart()`` (start again on the same port, empty), ``ensure_running()`` (undo whichever of those happened).
     """
 
-    def __init__(self, directory: Path, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+        pick_port: Callable[[], int] | None = None,
+    ) -> None:
         self.binary = find_binary("redis-server")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.pick_port = pick_port if pick_port is not None else (free_port if port is None else None)
+        """Where a port the first start finds taken is replaced from (None: the port was given, keep it)."""
         self.port = port if port is not None else free_port()
         self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self.started = False
 
     @property
     def url(self) -> str:
@@ -110,6 +136,23 @@ class RedisServer:
         )
 
     def start(self) -> RedisServer:
+        """Start and wait for PING. A first start whose port was taken since it was chosen moves to another port
+        (a restart keeps its port: the tests that kill a server reconnect to it there)."""
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self._start_once()
+            except RuntimeError as exc:
+                taken = "Address already in use" in str(exc)
+                if not taken or self.started or self.pick_port is None or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                self.stop()
+                self.port = self.pick_port()
+                continue
+            self.started = True
+            return self
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> None:
         args = [
             self.binary,
             "--port",
@@ -129,7 +172,6 @@ class RedisServer:
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.paused = False
         self.wait_ready()
-        return self
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
@@ -218,10 +260,15 @@ class RedisClusterProcs:
     def __init__(self, directory: Path, size: int = 3, node_timeout_ms: int = 2000) -> None:
         self.directory = Path(directory)
         taken: set[int] = set()
+
+        def pick() -> int:  # a node's port and bus port, apart from every other node's
+            port = free_cluster_port(taken)
+            taken.update((port, port + 10000))
+            return port
+
         self.servers: list[RedisServer] = []
         for i in range(size):
-            port = free_cluster_port(taken)
-            taken |= {port, port + 10000}
+            port = pick()
             node_dir = self.directory / f"node{i}"
             extra = (
                 "--cluster-enabled",
@@ -231,7 +278,7 @@ class RedisClusterProcs:
                 "--cluster-node-timeout",
                 str(node_timeout_ms),
             )
-            self.servers.append(RedisServer(node_dir, port=port, extra_args=extra))
+            self.servers.append(RedisServer(node_dir, port=port, extra_args=extra, pick_port=pick))
 
     @property
     def ports(self) -> list[int]:
