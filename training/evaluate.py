@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from model.artifact import ArtifactError, read_card
+from model.artifact import ArtifactError, ModelCard, read_card
 from model.contract import Setting
 from model.controller import ControllerGains
 from model.shield import ShieldConfig
@@ -187,19 +187,26 @@ def calibration_warnings(listed: list[str], market: Market, split: str) -> list[
         return []
     warnings = []
     for method in listed:
-        inner = unshielded(method)[0]
-        if not inner.startswith(ONNX_PREFIX):
-            continue
-        try:
-            scale = read_card(Path(inner[len(ONNX_PREFIX) :])).bid_scale
-        except ArtifactError:
-            continue  # an unreadable card fails where it is loaded, with its own message
+        card = exported_card(method)
+        scale = card.bid_scale if card is not None else None
         if scale is not None and scale.data_fingerprint == market.split_fingerprint("train"):
             warnings.append(
                 f"{method!r}: its bid scale {scale.scale:g} was chosen on this market's train days, so its figures on"
                 f" --split {split} are in-sample; score it on test or OOD days"
             )
     return warnings
+
+
+def exported_card(method: str) -> ModelCard | None:
+    """The card of an exported model's method (``onnx:MODEL_DIR``, shielded or not), or None: another kind of method,
+    or a card that cannot be read (it fails where the model is loaded, with its own message)."""
+    method = unshielded(method)[0]
+    if not method.startswith(ONNX_PREFIX):
+        return None
+    try:
+        return read_card(Path(method[len(ONNX_PREFIX) :]))
+    except ArtifactError:
+        return None
 
 
 def _tuning_key(market: Market, method: str, setting: Setting) -> str:
@@ -449,13 +456,8 @@ def check_not_in_sample(method: str, market: Market, split: str) -> None:
                 f"{method} on --split {split}: {run_dir} corrects a planner whose scenarios are this market's train"
                 " days (score it on test or OOD days, or compare the runs' best_validation_score)"
             )
-    if not method.startswith(ONNX_PREFIX):
-        return
-    try:
-        card = read_card(Path(method[len(ONNX_PREFIX) :]))
-    except ArtifactError:
-        return  # an unreadable card fails where it is loaded, with its own message
-    if card.is_planner and card.training.data_fingerprint == market.split_fingerprint("train"):
+    card = exported_card(method)
+    if card is not None and card.is_planner and card.training.data_fingerprint == market.split_fingerprint("train"):
         raise EvaluationError(
             f"{method} on --split {split}: a planner exported from this market's train days holds each of them as a"
             " scenario (score it on test or OOD days; the plan baseline plays these days leave-one-out)"
@@ -467,10 +469,10 @@ def validation_folds_of(method: str) -> list[tuple[str, int]]:
     a run group (``LABEL=GLOB``, ``ensemble:``, ``shield:``) or an exported model (its card's members)."""
     method = unshielded(method)[0]
     if method.startswith(ONNX_PREFIX):
-        try:
-            config = read_card(Path(method[len(ONNX_PREFIX) :])).training.config
-        except ArtifactError:
-            return []  # an unreadable card fails where it is loaded, with its own message
+        card = exported_card(method)
+        if card is None:
+            return []
+        config = card.training.config
         folds = config.get("member_validation_folds") or [config.get("validation_fold", 0)]
         return [(method, int(fold)) for fold in folds]
     out = []

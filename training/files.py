@@ -36,6 +36,12 @@ def swap_into_place(built: Path, out: Path) -> None:
     shutil.rmtree(retired, ignore_errors=True)
 
 
+def built_in(out: Path) -> Path:
+    """The directory :func:`built_beside` builds in and swaps in: ``out``'s, or a symlinked ``out``'s target's. It
+    must be writable even where ``out`` already exists."""
+    return (out.resolve() if out.is_symlink() else out).parent
+
+
 @contextlib.contextmanager
 def built_beside(out: Path, before_swap: Callable[[], None] | None = None) -> Iterator[Path]:
     """A fresh directory beside ``out`` to build an artifact in: when the block ends without an error it replaces

@@ -27,6 +27,7 @@ def calibrate_command(
     nearest 1), and write MODEL's copy to OUT with that factor on its card (bid_scale); the service and
     onnx:OUT apply it before the shield."""
     from training.bid_calibration import LADDER, calibrate, check_destination, row_name, write_calibrated
+    from training.files import built_in
 
     def warn(message: str) -> None:
         console.print(f"[yellow]warning:[/] {escape(message)}")
@@ -34,6 +35,7 @@ def calibrate_command(
     with user_errors():
         try:
             check_output_dir(out)
+            check_output_dir(built_in(out), "--out's directory")  # where the copy is built, --out there or not
             check_destination(model, out, force)
             with progress(quiet) as bar:
                 task = bar.add_task("factors", total=len(LADDER))

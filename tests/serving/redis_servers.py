@@ -74,10 +74,11 @@ def free_cluster_port(taken: set[int]) -> int:
     room: a port chosen there can be taken by any test's outgoing connection before the node binds it (seen in CI:
     "Address already in use")."""
     low, high = _ephemeral_ports()
-    below = (10000, low - 10001)  # P and P + 10000 both under the ephemeral range
-    span = below if below[1] - below[0] >= 1000 else (high + 1, 55535)
+    below, above = (10000, low - 10001), (high + 1, 55535)  # P and P + 10000 both under, or both over, the range
+    roomy = [span for span in (below, above) if span[1] - span[0] >= 1000]
+    first, last = roomy[0] if roomy else (20000, 55535)
     for _ in range(1000):
-        port = random.randint(*span) if span[0] <= span[1] else random.randint(20000, 55535)
+        port = random.randint(first, last)
         if port in taken or port + 10000 in taken:
             continue
         if _bindable(port) and _bindable(port + 10000):
