@@ -25,7 +25,7 @@ import hashlib
 import json
 import pickle
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +155,8 @@ def run_training(
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
     if state is not None and config.residual:  # resume with the reference controller the run started with
         config.controller = previous["config"].get("controller")
+    # fine-tuning: the source is read and checked before anything is written (a resumed run has its own networks)
+    init = initial_networks(Path(config.init_from), setting, config) if config.init_from and state is None else None
     if on_start:
         on_start(start_epoch)
     out.mkdir(parents=True, exist_ok=True)
@@ -182,6 +184,10 @@ def run_training(
         "status": "training",
         "history": history,
     }
+    if init is not None:  # what the run started from, as it was then (the source may be retrained later)
+        body["initialized_from"] = init.source
+    elif state is not None and previous.get("initialized_from"):
+        body["initialized_from"] = previous["initialized_from"]
     if CONTROLLER_EPOCH in scores:
         body["controller_validation_score"] = scores[CONTROLLER_EPOCH]
     if state is not None and previous.get("keep_epochs"):  # a resumed run keeps its snapshots going
@@ -238,7 +244,15 @@ def run_training(
         write_curves(history, out, body.get("controller_validation_score"))
     remaining = config.epochs - start_epoch
     if remaining > 0:
-        train(config, days, on_epoch=checkpoint, start_epoch=start_epoch, state=state, on_start=controller_start)
+        train(
+            config,
+            days,
+            on_epoch=checkpoint,
+            start_epoch=start_epoch,
+            state=state,
+            on_start=controller_start,
+            init=None if init is None else init.networks,
+        )
     body["status"] = "done"
     body["train_seconds"] = sum(h.get("seconds", 0.0) for h in history)
     kept = kept_epoch(scores, *rule)
@@ -247,6 +261,69 @@ def run_training(
     body["kept_epoch"] = kept
     _write_json(body, run_file)
     return body
+
+
+NETWORK_SHAPE = ("hidden", "latent_dim")
+"""The :class:`SACConfig` fields that size the networks beside the algorithm and the residual choice."""
+
+
+@dataclass(frozen=True)
+class InitialNetworks:
+    """A fine-tuned run's starting point (:attr:`SACConfig.init_from`): the source run's last epoch's networks
+    (:attr:`SACAgent.NETWORKS`) and what run.json records of it."""
+
+    networks: dict[str, Any]
+    source: dict[str, Any]
+    """``run`` (its directory), ``market``, ``data_fingerprint`` (its train days) and ``epochs`` trained."""
+
+
+def initial_networks(source: Path, setting: Setting, config: SACConfig) -> InitialNetworks:
+    """Read and check the run a new run is fine-tuned from: a finished ``rcb train`` run (not a reselection) of
+    the same setting, algorithm and kind (residual or not, with the same reference), whose checkpoint holds its
+    last epoch's networks; the shapes are checked when the agent loads them. :class:`RunError` says what is
+    wrong."""
+    run_file = source / RUN_FILE
+    if not run_file.is_file():
+        raise RunError(f"--init-from {source}: not a run directory (no {RUN_FILE})")
+    try:
+        recorded = json.loads(run_file.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunError(f"--init-from {source}: unreadable run record ({exc})") from None
+    if recorded.get("reselected_from"):
+        raise RunError(f"--init-from {source}: a reselection (rcb reselect) holds no networks to start from")
+    if recorded.get("status") != "done":
+        raise RunError(f"--init-from {source}: the run is not finished (resume it first)")
+    if recorded.get("setting") != str(setting):
+        raise RunError(f"--init-from {source}: trained for {recorded.get('setting')}, not {setting}")
+    kept = recorded.get("config", {})
+    if kept.get("algo") != config.algo:
+        raise RunError(f"--init-from {source}: trains {kept.get('algo')}, not {config.algo}")
+    residual = bool(kept.get("residual", TRAINING_CHOICES["residual"]))
+    if residual != config.residual or (residual and kept.get("reference", "pid") != config.reference):
+        raise RunError(
+            f"--init-from {source}: its policy is "
+            + (f"a correction of its {kept.get('reference', 'pid')}" if residual else "not a residual one")
+            + ", this run's "
+            + (f"a correction of its {config.reference}" if config.residual else "is not")
+        )
+    try:
+        state = torch.load(source / "checkpoint.pt", weights_only=False)
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise RunError(f"--init-from {source}: unreadable checkpoint.pt ({exc})") from None
+    for shape in NETWORK_SHAPE:  # what sizes the networks (load_networks checks every tensor when training starts)
+        if kept.get(shape) != getattr(config, shape):
+            raise RunError(
+                f"--init-from {source}: its networks have {shape} {kept.get(shape)},"
+                f" this run's {getattr(config, shape)}"
+            )
+    networks = {key: state.get(key) for key in SACAgent.NETWORKS}
+    source_record = {
+        "run": str(source),
+        "market": recorded.get("market"),
+        "data_fingerprint": recorded.get("data_fingerprint"),
+        "epochs": len(recorded.get("history", [])),
+    }
+    return InitialNetworks(networks=networks, source=source_record)
 
 
 def training_markets(paths: list[Path]) -> list[Market]:

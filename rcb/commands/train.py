@@ -354,6 +354,17 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--init-from",
+            help="Fine-tune: start from the last epoch's networks of RUN (a finished rcb train run of the same"
+            " setting and algorithm, e.g. one trained on a richer market), with fresh optimizers and curriculum;"
+            " a residual run corrects this market's own controller. Default: fresh networks.",
+            metavar="RUN",
+            show_default=False,
+        ),
+    ] = None,
     keep_epochs: Annotated[
         bool,
         typer.Option(
@@ -411,6 +422,7 @@ def train_command(
                 "selection_seeds": selection_seeds,
                 "selection_epoch": None if selection_epoch is None else selection_epoch.value,
                 "select_from": select_from,
+                "init_from": None if init_from is None else str(init_from),
             }
             for option, name in (
                 ("--relaxed-stages/--no-relaxed-stages", "relaxed_stages"),

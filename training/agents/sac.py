@@ -266,6 +266,12 @@ class SACConfig:
     ``sparse``, ``shifted`` and ``bench``; with seeds 20-24, 18 met the rule that made it the SC default. ``None``:
     for CBRL in a setting of :data:`LATE_SELECTION`, :func:`last_quarter` of the epochs (18 of 24) under ``"best"``;
     else 0 (:meth:`resolve`)."""
+    init_from: str | None = None
+    """Fine-tuning: the run directory (another ``rcb train`` run, finished) whose last epoch's networks this run
+    starts from: actor, critics and their targets, posterior encoder and temperature; the optimizers, learning-rate
+    schedule and curriculum start afresh, and a residual run corrects its own market's controller. Model
+    selection's epoch -1 (with :attr:`start_at_controller`) is then the carried policy, not the controller. ``None``:
+    fresh networks (:func:`training.train.initial_networks` reads and checks the source)."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -614,6 +620,27 @@ class SACAgent:
             "torch_rng": torch.get_rng_state(),
         }
 
+    NETWORKS: ClassVar[tuple[str, ...]] = ("actor", "critic", "critic_target", "encoder", "log_alpha")
+    """The parts of :meth:`state_dict` that are learned weights (what :meth:`load_networks` carries over)."""
+
+    def load_networks(self, state: dict[str, Any]) -> None:
+        """Start from another run's learned weights (:attr:`NETWORKS` of its checkpoint), keeping this agent's own
+        fresh optimizers, schedules and update count: fine-tuning (:attr:`SACConfig.init_from`). Raises
+        ``ValueError`` when the shapes differ (another width, latent size, or a residual run into a plain one)."""
+        if (self.encoder is None) != (state.get("encoder") is None):
+            raise ValueError("one of the two runs has a posterior encoder and the other has none")
+        try:
+            self.actor.load_state_dict(state["actor"])
+            self.critic.load_state_dict(state["critic"])
+            self.critic_target.load_state_dict(state["critic_target"])
+            if self.encoder is not None:
+                self.encoder.load_state_dict(state["encoder"])
+        except RuntimeError as exc:  # torch's report: a heading, then one line per mismatched tensor
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise ValueError(f"the networks do not fit this run's: {' '.join(lines[:2])}") from None
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved (also older checkpoints, whose optimizers and schedules are
         lists in :data:`OPTIMIZERS` order). ``multiplier`` is restored by :func:`train`, which owns the dual."""
@@ -826,13 +853,15 @@ def train(
     start_epoch: int = 0,
     state: dict[str, Any] | None = None,
     on_start: Callable[[float, SACAgent], None] | None = None,
+    init: dict[str, Any] | None = None,
 ) -> tuple[SACAgent, list[EpochLog]]:
     """Train on ``days`` (a train split); ``on_epoch`` sees every epoch's log (checkpointing, progress).
 
     Resuming (``state`` from a checkpoint, ``start_epoch`` after the last finished epoch) restores the
     networks, optimizers, schedules and torch's generator; the replay buffer starts empty and refills.
     With :attr:`SACConfig.start_at_controller`, a fresh run first scores the untrained policy (its controller)
-    on the validation days and hands that score to ``on_start``.
+    on the validation days and hands that score to ``on_start``. ``init`` (a fresh run only): the networks to start
+    from (:meth:`SACAgent.load_networks`, fine-tuning), scored in the controller's place.
     """
     config.resolve(days.setting)
     selection_seeds = config.selection_seeds
@@ -842,6 +871,8 @@ def train(
     agent = SACAgent(config)
     if state is not None:
         agent.load_state(state)
+    elif init is not None:
+        agent.load_networks(init)
     buffer = EpisodeBuffer(config.buffer_episodes, agent.controller)
     train_days, validation_days = split_validation(days, config.validation_fraction, config.validation_fold)
     if config.selection_days == "home":

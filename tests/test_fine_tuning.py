@@ -1,0 +1,116 @@
+"""`rcb train --init-from RUN`: a run fine-tuned from another run's last networks (training.train.initial_networks,
+SACAgent.load_networks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from rcb.cli import app
+from training.agents.sac import SACAgent, SACConfig
+from training.market.generator import config_with, generate_market
+
+runner = CliRunner()
+
+
+def sc_cbrl(market: Path, out: Path, *extra: str, setting: str = "sc", epochs: int = 2) -> list[str]:
+    """``rcb train``'s options for a short CBRL run (SC unless said) on ``market`` into ``out``."""
+    return ["train", "--data", str(market), "--setting", setting, "--algo", "cbrl", "--updates-per-epoch", "20",
+            "--epochs", str(epochs), "--out", str(out), "--json", *extra]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def market(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fine-tune") / "market"
+    generate_market(out, config_with(days_id=8, days_ood=0, impressions_per_day=6000, seed=5), workers=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def source(market: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "source"
+    result = runner.invoke(app, sc_cbrl(market, out))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_a_fine_tuned_run_starts_from_the_sources_last_networks(source: Path, market: Path, tmp_path: Path):
+    """Scored before its first update (model selection's epoch -1, with start_at_controller as SC's default), the
+    fine-tuned run plays the source's last epoch exactly: same networks, same validation days and noise streams. A
+    fresh run's epoch -1 is the controller instead; both count their updates from 0 (fresh optimizers)."""
+    tuned = tmp_path / "tuned"
+    result = runner.invoke(app, sc_cbrl(market, tuned, "--init-from", str(source)))
+    assert result.exit_code == 0, result.output
+    body = json.loads((tuned / "run.json").read_text())
+    kept = json.loads((source / "run.json").read_text())
+    assert body["controller_validation_score"] == kept["history"][-1]["validation_score"]
+    assert kept["controller_validation_score"] != kept["history"][-1]["validation_score"]
+    assert body["config"]["init_from"] == str(source)
+    assert body["initialized_from"] == {
+        "run": str(source),
+        "market": kept["market"],
+        "data_fingerprint": kept["data_fingerprint"],
+        "epochs": 2,
+    }
+    assert [h["updates"] for h in body["history"]] == [h["updates"] for h in kept["history"]]
+    # and it trains on from there: its networks moved
+    start = torch.load(source / "checkpoint.pt", weights_only=False)["actor"]
+    end = torch.load(tuned / "checkpoint.pt", weights_only=False)["actor"]
+    assert any(not torch.equal(start[name], end[name]) for name in start)
+
+
+def test_a_resumed_fine_tuned_run_keeps_its_source_and_its_own_networks(source: Path, market: Path, tmp_path: Path):
+    tuned = tmp_path / "tuned"
+    assert runner.invoke(app, sc_cbrl(market, tuned, "--init-from", str(source))).exit_code == 0
+    grown = sc_cbrl(market, tuned, "--resume", epochs=3)
+    result = runner.invoke(app, grown)
+    assert result.exit_code == 0, result.output
+    body = json.loads((tuned / "run.json").read_text())
+    assert len(body["history"]) == 3 and body["config"]["init_from"] == str(source)
+    assert body["initialized_from"]["run"] == str(source)
+    assert body["history"][2]["updates"] == 3 * body["history"][0]["updates"]  # its own optimizer state, resumed
+    other = runner.invoke(app, [*grown, "--init-from", str(tmp_path)])
+    assert other.exit_code == 2 and "init_from" in other.output
+
+
+def test_a_source_that_cannot_be_carried_is_refused_before_anything_is_written(
+    source: Path, market: Path, tmp_path: Path
+):
+    crl = tmp_path / "crl"
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "crl", "--epochs", "1"]
+    assert runner.invoke(app, [*args, "--updates-per-epoch", "5", "--out", str(crl)]).exit_code == 0
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    body = json.loads((source / "run.json").read_text())
+    (unfinished / "run.json").write_text(json.dumps({**body, "status": "training"}))
+    cases = {
+        tmp_path / "nothing": "not a run directory",
+        unfinished: "not finished",
+        crl: "trains crl, not cbrl",
+    }
+    for bad, said in cases.items():
+        out = tmp_path / f"from-{bad.name}"
+        result = runner.invoke(app, sc_cbrl(market, out, "--init-from", str(bad)))
+        assert result.exit_code == 2 and said in result.output, result.output
+        assert not out.exists()
+    mc = runner.invoke(app, sc_cbrl(market, tmp_path / "mc", "--init-from", str(source), setting="mc"))
+    assert mc.exit_code == 2 and "trained for sc, not mc" in mc.output
+    plain = runner.invoke(app, sc_cbrl(market, tmp_path / "plain", "--no-residual", "--init-from", str(source)))
+    assert plain.exit_code == 2 and "correction of its pid" in plain.output
+    wider = runner.invoke(app, sc_cbrl(market, tmp_path / "wider", "--init-from", str(source)))
+    assert wider.exit_code == 0  # the same shapes: the control case of the shape check below
+
+
+def test_networks_of_another_shape_are_a_clear_error(source: Path):
+    state = torch.load(source / "checkpoint.pt", weights_only=False)
+    agent = SACAgent(SACConfig(algo="cbrl", hidden=64, controller=json.loads((source / "run.json").read_text())[
+        "config"]["controller"]))  # fmt: skip
+    with pytest.raises(ValueError, match="do not fit"):
+        agent.load_networks({key: state[key] for key in SACAgent.NETWORKS})
+    crl = SACAgent(SACConfig(algo="crl", residual=True, controller=agent.config.controller))
+    with pytest.raises(ValueError, match="posterior encoder"):
+        crl.load_networks({key: state[key] for key in SACAgent.NETWORKS})
