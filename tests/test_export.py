@@ -251,6 +251,31 @@ def test_cli_exports_and_refuses_to_overwrite(exported: Exported, tmp_path: Path
     assert forced.exit_code == 0, forced.output
 
 
+def test_cli_refuses_an_out_whose_directory_cannot_be_written_before_any_work(
+    exported: Exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """An existing --out (with --force) is writable itself, but the new artifact is built beside it and renamed
+    into place: a directory that refuses new files is said up front and the artifact in place is left alone. (The
+    tests run as root, whom permissions do not stop: the write probe is refused there instead.)"""
+    from rcb.commands import common
+
+    out = tmp_path / "models" / "model"
+    assert runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", str(out)]).exit_code == 0
+    before = (out / "model.json").read_text()
+    real = common.tempfile.mkstemp
+
+    def refused_in_models(*args, **kwargs):
+        if Path(kwargs["dir"]) == out.parent:
+            raise PermissionError(13, "Permission denied")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(common.tempfile, "mkstemp", refused_in_models)
+    result = runner.invoke(app, ["export", "--run", str(exported.hard_run), "--out", str(out), "--force"])
+    assert result.exit_code == 2 and "--out's directory" in result.output and "not writable" in result.output
+    assert "exporting" not in result.output and "Traceback" not in result.output
+    assert (out / "model.json").read_text() == before and sorted(p.name for p in out.parent.iterdir()) == ["model"]
+
+
 def test_cli_errors_cleanly_on_a_missing_run_or_a_foreign_directory(exported: Exported, tmp_path: Path):
     result = runner.invoke(app, ["export", "--run", str(tmp_path / "nope"), "--out", str(tmp_path / "model")])
     assert result.exit_code == 2 and "not a finished training run" in result.output

@@ -71,6 +71,7 @@ def export_command(
     """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch; or, with --plan,
     the planner on a market's train days."""
     from training.export import ExportError, check_destination, export_ensemble, export_run
+    from training.files import built_in
     from training.train import RunError, run_body
 
     if bool(runs) == (plan is not None):
@@ -88,6 +89,7 @@ def export_command(
     with user_errors():
         try:
             check_output_dir(out)
+            check_output_dir(built_in(out), "--out's directory")  # the artifact is built there, --out there or not
             check_destination(out, force)
             for run in runs:  # before the bar: what export_run / export_ensemble check again when they load it
                 run_body(run)
@@ -140,12 +142,14 @@ def export_command(
 
 def _export_plan(market: Path, setting: Setting, out: Path, force: bool, as_json: bool) -> None:
     from training.export import ExportError, check_planner_export, export_planner
+    from training.files import built_in
     from training.market.dataset import MarketError
 
     steps = {"tuning": 0, "alerts": 1, "scenarios.npz": 2, "parity": 3}
     with user_errors():
         try:
             check_output_dir(out)
+            check_output_dir(built_in(out), "--out's directory")
             check_planner_export(market, out, force)  # refused before the bar is drawn
             with progress(quiet=as_json) as bar:
                 task = bar.add_task("exporting the planner: tuning on the train days", total=len(steps))
