@@ -184,6 +184,9 @@ class TrainingInfo(BaseModel):
     defaults where absent)."""
     epochs: int = Field(ge=0)
     config: dict[str, Any]
+    initialized_from: dict[str, Any] | None = None
+    """A fine-tuned run's source (``rcb train --init-from``): its run directory, market, train days' fingerprint
+    and epochs, as they were when the run started; the weights learned those days too. None: fresh networks."""
 
 
 class EvaluationInfo(BaseModel):

@@ -4,14 +4,16 @@ SACAgent.load_networks)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
+from model.artifact import load_artifact
 from rcb.cli import app
-from training.agents.sac import SACAgent, SACConfig
+from training.agents.sac import NETWORKS, SACAgent, SACConfig, check_networks_fit
 from training.market.generator import config_with, generate_market
 
 runner = CliRunner()
@@ -100,17 +102,59 @@ def test_a_source_that_cannot_be_carried_is_refused_before_anything_is_written(
     mc = runner.invoke(app, sc_cbrl(market, tmp_path / "mc", "--init-from", str(source), setting="mc"))
     assert mc.exit_code == 2 and "trained for sc, not mc" in mc.output
     plain = runner.invoke(app, sc_cbrl(market, tmp_path / "plain", "--no-residual", "--init-from", str(source)))
-    assert plain.exit_code == 2 and "correction of its pid" in plain.output
-    wider = runner.invoke(app, sc_cbrl(market, tmp_path / "wider", "--init-from", str(source)))
-    assert wider.exit_code == 0  # the same shapes: the control case of the shape check below
+    assert plain.exit_code == 2 and "correction of its pid, this run's is not a residual policy" in plain.output
+    # the same weights move the ratio by another amount: what the actor learned would mean something else
+    stepped = runner.invoke(
+        app, sc_cbrl(market, tmp_path / "stepped", "--action-step", "0.2", "--init-from", str(source))
+    )
+    assert stepped.exit_code == 2 and "action_step 0.3, this run's is 0.2" in stepped.output
+    broken = tmp_path / "broken"
+    for name, content in (("garbage", b"not a checkpoint"), ("partial", None)):
+        shutil.copytree(source, broken / name)
+        if content is None:  # a checkpoint without its critics
+            state = torch.load(source / "checkpoint.pt", weights_only=False)
+            torch.save({k: v for k, v in state.items() if k != "critic"}, broken / name / "checkpoint.pt")
+        else:
+            (broken / name / "checkpoint.pt").write_bytes(content)
+    garbage = runner.invoke(app, sc_cbrl(market, tmp_path / "g", "--init-from", str(broken / "garbage")))
+    assert garbage.exit_code == 2 and "unreadable checkpoint.pt" in garbage.output
+    partial = runner.invoke(app, sc_cbrl(market, tmp_path / "p", "--init-from", str(broken / "partial")))
+    assert partial.exit_code == 2 and "the checkpoint lacks critic" in partial.output
+    for said in (mc, plain, stepped, garbage, partial):
+        assert "Traceback" not in said.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "crl", "unfinished"]  # no run directory made
+
+
+def test_a_rerun_with_the_same_source_is_done_and_the_card_and_reselect_name_the_source(
+    source: Path, market: Path, tmp_path: Path
+):
+    """scripts/train_one.sh reruns with --skip-done; the exported card records where the weights started; rcb
+    reselect keeping epoch -1 says it keeps the carried policy, not the controller."""
+    tuned = tmp_path / "tuned"
+    args = sc_cbrl(market, tuned, "--init-from", str(source), "--keep-epochs")
+    assert runner.invoke(app, args).exit_code == 0
+    again = runner.invoke(app, [*args, "--skip-done"])
+    assert again.exit_code == 0 and json.loads(again.stdout)["already_done"] is True
+    model = tmp_path / "model"
+    exported = runner.invoke(app, ["export", "--run", str(tuned), "--out", str(model), "--json"])
+    assert exported.exit_code == 0, exported.output
+    card = load_artifact(model).card
+    assert card.training.initialized_from == json.loads((tuned / "run.json").read_text())["initialized_from"]
+    assert card.training.initialized_from is not None and card.training.initialized_from["run"] == str(source)
+    kept = runner.invoke(app, ["reselect", str(tuned), "--out", str(tmp_path / "start"), "--epoch", "-1"])
+    assert kept.exit_code == 0, kept.output
+    assert f"keeping the policy carried from {source}" in kept.output.replace("\n", "")
 
 
 def test_networks_of_another_shape_are_a_clear_error(source: Path):
     state = torch.load(source / "checkpoint.pt", weights_only=False)
-    agent = SACAgent(SACConfig(algo="cbrl", hidden=64, controller=json.loads((source / "run.json").read_text())[
-        "config"]["controller"]))  # fmt: skip
+    controller = json.loads((source / "run.json").read_text())["config"]["controller"]
+    networks = {key: state[key] for key in NETWORKS}
+    narrower = SACConfig(algo="cbrl", hidden=64, controller=controller)
+    with pytest.raises(ValueError, match=r"do not fit this run.s: Error.*size mismatch"):
+        check_networks_fit(narrower, networks)
     with pytest.raises(ValueError, match="do not fit"):
-        agent.load_networks({key: state[key] for key in SACAgent.NETWORKS})
-    crl = SACAgent(SACConfig(algo="crl", residual=True, controller=agent.config.controller))
+        SACAgent(narrower).load_networks(networks)
     with pytest.raises(ValueError, match="posterior encoder"):
-        crl.load_networks({key: state[key] for key in SACAgent.NETWORKS})
+        check_networks_fit(SACConfig(algo="crl", residual=True, controller=controller), networks)
+    check_networks_fit(SACConfig(algo="cbrl", controller=controller), networks)  # the control case: it fits

@@ -167,3 +167,10 @@ def _check_empty(out: Path) -> None:
     """A reselection writes into a new or empty directory only."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SelectionError(f"--out {out} exists and is not an empty directory")
+
+
+def start_of(body: dict[str, Any]) -> str:
+    """What a run's untrained policy (epoch -1 of model selection) bids: its controller, or the policy a fine-tuned
+    run carried from ``initialized_from``."""
+    source = body.get("initialized_from")
+    return f"the policy carried from {source['run']}" if source else "the untrained controller"

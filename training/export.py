@@ -435,6 +435,7 @@ def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Pr
             config=jsonable(config),
             traffic_profile=profile,
             controller=controller,
+            initialized_from=body.get("initialized_from"),
         ),
         evaluation=EvaluationInfo(
             best_validation_score=best_score,

@@ -37,16 +37,18 @@ from training.agents.encoder import PosteriorEncoder
 from training.agents.networks import TanhGaussianPolicy
 from training.agents.sac import (
     CURRICULA,
+    NETWORKS,
     EpochLog,
     PolicyBidder,
     SACAgent,
     SACConfig,
+    check_networks_fit,
     reference_of,
     train,
     transition_dim,
 )
 from training.dayset import DaySet
-from training.epoch_selection import CONTROLLER_EPOCH, EPOCHS_DIR, kept_epoch, run_scores, snapshot_name
+from training.epoch_selection import CONTROLLER_EPOCH, EPOCHS_DIR, kept_epoch, run_scores, snapshot_name, start_of
 from training.files import atomic_write, atomic_write_text
 from training.market.dataset import Market
 from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES, TRAINING_CHOICES
@@ -229,7 +231,7 @@ def run_training(
         body["kept_epoch"] = kept_epoch(scores, *rule)  # what best.pt holds once keep_best below has run
         _write_json(body, run_file)
         keep_best(log.epoch, log.validation_score, model_of(agent, log.epoch))
-        write_curves(history, out, body.get("controller_validation_score"))
+        write_curves(history, out, body.get("controller_validation_score"), start_of(body))
         if on_epoch:
             on_epoch(log)
 
@@ -241,7 +243,7 @@ def run_training(
         last_epoch = int(history[-1]["epoch"])
         healed = model_file(state["actor"], state["encoder"], previous["config"], last_epoch)
         keep_best(last_epoch, scores[last_epoch], healed)
-        write_curves(history, out, body.get("controller_validation_score"))
+        write_curves(history, out, body.get("controller_validation_score"), start_of(body))
     remaining = config.epochs - start_epoch
     if remaining > 0:
         train(
@@ -263,14 +265,15 @@ def run_training(
     return body
 
 
-NETWORK_SHAPE = ("hidden", "latent_dim")
-"""The :class:`SACConfig` fields that size the networks beside the algorithm and the residual choice."""
+NETWORK_MEANING = ("hidden", "latent_dim", "action_step", "start_ratio")
+"""The :class:`SACConfig` fields, beside the algorithm and the residual choice, that size the networks or give
+their outputs their meaning (a step is not a saved weight: the same actor moves the ratio by another amount)."""
 
 
 @dataclass(frozen=True)
 class InitialNetworks:
     """A fine-tuned run's starting point (:attr:`SACConfig.init_from`): the source run's last epoch's networks
-    (:attr:`SACAgent.NETWORKS`) and what run.json records of it."""
+    (:data:`training.agents.sac.NETWORKS`) and what run.json records of it."""
 
     networks: dict[str, Any]
     source: dict[str, Any]
@@ -300,23 +303,32 @@ def initial_networks(source: Path, setting: Setting, config: SACConfig) -> Initi
         raise RunError(f"--init-from {source}: trains {kept.get('algo')}, not {config.algo}")
     residual = bool(kept.get("residual", TRAINING_CHOICES["residual"]))
     if residual != config.residual or (residual and kept.get("reference", "pid") != config.reference):
+
+        def kind(is_residual: bool, reference: str) -> str:
+            return f"a correction of its {reference}" if is_residual else "not a residual policy"
+
         raise RunError(
-            f"--init-from {source}: its policy is "
-            + (f"a correction of its {kept.get('reference', 'pid')}" if residual else "not a residual one")
-            + ", this run's "
-            + (f"a correction of its {config.reference}" if config.residual else "is not")
+            f"--init-from {source}: its policy is {kind(residual, kept.get('reference', 'pid'))},"
+            f" this run's is {kind(bool(config.residual), config.reference)}"
         )
+    defaults = {f.name: f.default for f in fields(SACConfig)}
+    for name in NETWORK_MEANING:
+        if kept.get(name, defaults[name]) != getattr(config, name):
+            raise RunError(
+                f"--init-from {source}: its networks were trained with {name} {kept.get(name, defaults[name])},"
+                f" this run's is {getattr(config, name)}"
+            )
     try:
         state = torch.load(source / "checkpoint.pt", weights_only=False)
-    except (OSError, RuntimeError, EOFError) as exc:
+        if not isinstance(state, dict):
+            raise ValueError("not a checkpoint")
+    except Exception as exc:  # whatever unpickling a damaged file raises, it is one message
         raise RunError(f"--init-from {source}: unreadable checkpoint.pt ({exc})") from None
-    for shape in NETWORK_SHAPE:  # what sizes the networks (load_networks checks every tensor when training starts)
-        if kept.get(shape) != getattr(config, shape):
-            raise RunError(
-                f"--init-from {source}: its networks have {shape} {kept.get(shape)},"
-                f" this run's {getattr(config, shape)}"
-            )
-    networks = {key: state.get(key) for key in SACAgent.NETWORKS}
+    networks = {key: state.get(key) for key in NETWORKS}
+    try:  # every tensor, now: before the train days are loaded, the controller tuned or the run directory made
+        check_networks_fit(config, networks)
+    except ValueError as exc:
+        raise RunError(f"--init-from {source}: {exc}") from None
     source_record = {
         "run": str(source),
         "market": recorded.get("market"),
@@ -441,9 +453,12 @@ def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
     return {"next_epoch": next_epoch, **agent.state_dict()}
 
 
-def write_curves(history: list[dict[str, Any]], out: Path, controller_score: float | None = None) -> None:
+def write_curves(
+    history: list[dict[str, Any]], out: Path, controller_score: float | None = None, start: str = "the controller"
+) -> None:
     """``curves.csv`` and ``curves.png``: train and validation score per epoch, curriculum stages marked;
-    ``controller_score``: the untrained policy's (the controller's) validation score, a dashed line."""
+    ``controller_score``: the untrained policy's validation score, a dashed line labelled ``start`` (what that
+    policy is: the controller, or a fine-tuned run's carried policy, :func:`start_of`)."""
     columns = list(dict.fromkeys(key for h in history for key in h))  # a resumed older run's first epochs lack some
     with (out / "curves.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns, restval="")
@@ -461,7 +476,7 @@ def write_curves(history: list[dict[str, Any]], out: Path, controller_score: flo
         low, high = [min(scores) for scores in by_seed], [max(scores) for scores in by_seed]
         ax.fill_between(epochs, low, high, color="C1", alpha=0.2, lw=0, label="validation, seeds' range")
     if controller_score is not None:
-        ax.axhline(controller_score, color="C1", ls="--", lw=1, label="controller, validation days")
+        ax.axhline(controller_score, color="C1", ls="--", lw=1, label=f"{start.removeprefix('the ')}, validation days")
     for epoch, h in enumerate(history):
         if epoch == 0 or h["stage"] != history[epoch - 1]["stage"]:
             ax.axvline(h["epoch"] - 0.5, color="grey", lw=0.8, ls=":")

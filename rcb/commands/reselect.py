@@ -54,7 +54,7 @@ def reselect_command(
 ) -> None:
     """Write OUT as RUN with the epoch a selection rule keeps as its model (best.pt), read off RUN's recorded
     validation scores and its epochs/ snapshots; OUT is a run directory for rcb evaluate and rcb export."""
-    from training.epoch_selection import SelectionError, reselect, snapshot_members
+    from training.epoch_selection import SelectionError, reselect, snapshot_members, start_of
 
     with user_errors():
         check_output_dir(out)
@@ -88,6 +88,6 @@ def reselect_command(
         return
     epoch = summary["epoch"]
     typer.echo(
-        f"{out}: {run} keeping {'the untrained controller' if epoch == -1 else f'epoch {epoch}'}"
+        f"{out}: {run} keeping {start_of(body) if epoch == -1 else f'epoch {epoch}'}"
         f" (validation {summary['validation_score']:.3f})"
     )

@@ -553,30 +553,70 @@ class EpochLog:
     (:meth:`TanhGaussianPolicy.critic_action`)."""
 
 
+NETWORKS = ("actor", "critic", "critic_target", "encoder", "log_alpha")
+"""The parts of :meth:`SACAgent.state_dict` that are learned weights (what fine-tuning carries over)."""
+
+
+def learned_networks(config: SACConfig) -> tuple[PosteriorEncoder | None, TanhGaussianPolicy, TwinQ]:
+    """A fresh run's posterior encoder (CBRL only), actor and twin critics, sized by ``config``."""
+    latent = config.latent_dim if config.bayesian else 0
+    residual = bool(config.residual)  # never None after SACConfig.__post_init__
+    width = obs_dim(residual)
+    encoder = (
+        PosteriorEncoder(transition_dim(residual), config.latent_dim, initial_std=config.posterior_initial_std)
+        if config.bayesian
+        else None
+    )
+    actor = TanhGaussianPolicy(
+        width + latent,
+        config.hidden,
+        config.action_step,
+        config.start_ratio,
+        residual=residual,
+        zero_start=bool(config.start_at_controller),
+    )
+    return encoder, actor, TwinQ(width + latent, config.hidden)
+
+
+def load_learned_networks(
+    networks: tuple[PosteriorEncoder | None, TanhGaussianPolicy, TwinQ, TwinQ], state: dict[str, Any]
+) -> None:
+    """Load a checkpoint's :data:`NETWORKS` into (encoder, actor, critic, target critic); ``ValueError`` says what
+    does not fit: a part missing, an encoder on one side only, a tensor of another shape."""
+    missing = [key for key in NETWORKS if key != "encoder" and state.get(key) is None]
+    if missing:
+        raise ValueError(f"the checkpoint lacks {', '.join(missing)}")
+    encoder, actor, critic, critic_target = networks
+    if (encoder is None) != (state.get("encoder") is None):
+        raise ValueError("one of the two runs has a posterior encoder and the other has none")
+    try:
+        actor.load_state_dict(state["actor"])
+        critic.load_state_dict(state["critic"])
+        critic_target.load_state_dict(state["critic_target"])
+        if encoder is not None:
+            encoder.load_state_dict(state["encoder"])
+        if torch.as_tensor(state["log_alpha"]).shape != (1,):
+            raise ValueError("its temperature is not one number")
+    except (RuntimeError, TypeError, AttributeError) as exc:  # torch's report: a heading, then a line per tensor
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        raise ValueError(f"the networks do not fit this run's: {' '.join(lines[:2])}") from None
+
+
+def check_networks_fit(config: SACConfig, state: dict[str, Any]) -> None:
+    """Whether a checkpoint's :data:`NETWORKS` load into a run of ``config`` (``ValueError`` if not), on throwaway
+    networks: no controller, market or generator is touched."""
+    encoder, actor, critic = learned_networks(config)
+    load_learned_networks((encoder, actor, critic, copy.deepcopy(critic)), state)
+
+
 class SACAgent:
     """Actor, twin critics with targets, learned temperature, their optimizers and schedules."""
 
     def __init__(self, config: SACConfig):
         self.config = config
         torch.manual_seed(config.seed)
-        latent = config.latent_dim if config.bayesian else 0
-        residual = bool(config.residual)  # never None after SACConfig.__post_init__
-        width = obs_dim(residual)
         self.controller = config.reference_controller()  # ValueError for a residual config without one
-        self.encoder = (
-            PosteriorEncoder(transition_dim(residual), config.latent_dim, initial_std=config.posterior_initial_std)
-            if config.bayesian
-            else None
-        )
-        self.actor = TanhGaussianPolicy(
-            width + latent,
-            config.hidden,
-            config.action_step,
-            config.start_ratio,
-            residual=residual,
-            zero_start=bool(config.start_at_controller),
-        )
-        self.critic = TwinQ(width + latent, config.hidden)
+        self.encoder, self.actor, self.critic = learned_networks(config)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.full((1,), float(np.log(config.initial_alpha)), requires_grad=True)
         self.target_entropy = config.target_entropy
@@ -620,24 +660,11 @@ class SACAgent:
             "torch_rng": torch.get_rng_state(),
         }
 
-    NETWORKS: ClassVar[tuple[str, ...]] = ("actor", "critic", "critic_target", "encoder", "log_alpha")
-    """The parts of :meth:`state_dict` that are learned weights (what :meth:`load_networks` carries over)."""
-
     def load_networks(self, state: dict[str, Any]) -> None:
-        """Start from another run's learned weights (:attr:`NETWORKS` of its checkpoint), keeping this agent's own
+        """Start from another run's learned weights (:data:`NETWORKS` of its checkpoint), keeping this agent's own
         fresh optimizers, schedules and update count: fine-tuning (:attr:`SACConfig.init_from`). Raises
-        ``ValueError`` when the shapes differ (another width, latent size, or a residual run into a plain one)."""
-        if (self.encoder is None) != (state.get("encoder") is None):
-            raise ValueError("one of the two runs has a posterior encoder and the other has none")
-        try:
-            self.actor.load_state_dict(state["actor"])
-            self.critic.load_state_dict(state["critic"])
-            self.critic_target.load_state_dict(state["critic_target"])
-            if self.encoder is not None:
-                self.encoder.load_state_dict(state["encoder"])
-        except RuntimeError as exc:  # torch's report: a heading, then one line per mismatched tensor
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            raise ValueError(f"the networks do not fit this run's: {' '.join(lines[:2])}") from None
+        ``ValueError`` when they do not fit (:func:`load_learned_networks`)."""
+        load_learned_networks((self.encoder, self.actor, self.critic, self.critic_target), state)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
 
