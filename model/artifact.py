@@ -186,7 +186,24 @@ class TrainingInfo(BaseModel):
     config: dict[str, Any]
     initialized_from: dict[str, Any] | None = None
     """A fine-tuned run's source (``rcb train --init-from``): its run directory, market, train days' fingerprint
-    and epochs, as they were when the run started; the weights learned those days too. None: fresh networks."""
+    and epochs, as they were when the run started (and the source's own source, if it was fine-tuned too); an
+    ensemble's: ``{"members": [...]}``, each member's (None for one trained afresh). The weights learned those
+    days too (:meth:`learned_fingerprints`). None: fresh networks."""
+
+    def learned_fingerprints(self) -> set[str]:
+        """The train-split fingerprints whose days the weights learned from: the run's own and every fine-tuning
+        source's, down the chain (a pooled market's individual ones are folded into its fingerprint)."""
+        found = {self.data_fingerprint}
+        pending: list[Any] = [self.initialized_from]
+        while pending:
+            item = pending.pop()
+            if isinstance(item, dict):
+                if isinstance(item.get("data_fingerprint"), str):
+                    found.add(item["data_fingerprint"])
+                pending.extend(item.values())
+            elif isinstance(item, list):
+                pending.extend(item)
+        return found
 
 
 class EvaluationInfo(BaseModel):

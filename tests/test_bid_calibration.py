@@ -160,6 +160,22 @@ def test_calibration_refuses_the_models_own_days_and_a_destination_it_would_spoi
     (pooled / CARD_FILE).write_text(card.model_copy(update={"training": training}).to_json())
     with pytest.raises(CalibrationError, match="trained and selected on"):
         calibrate(pooled, served_market, seeds=1)
+    # A fine-tuned model learned its source's train days too (rcb train --init-from), an ensemble's member's or a
+    # source's source alike.
+    served = Market.open(served_market).split_fingerprint("train")
+    for carried in (
+        {"run": "runs/src", "data_fingerprint": served},
+        {
+            "members": [
+                None,
+                {"run": "runs/a", "data_fingerprint": "x", "initialized_from": {"data_fingerprint": served}},
+            ]
+        },
+    ):
+        tuned = card.training.model_copy(update={"initialized_from": carried})
+        (pooled / CARD_FILE).write_text(card.model_copy(update={"training": tuned}).to_json())
+        with pytest.raises(CalibrationError, match="trained and selected on"):
+            calibrate(pooled, served_market, seeds=1)
     # A pooled market that cannot be opened from here cannot be checked: said, not skipped in silence.
     moved = card.training.model_copy(
         update={"data_fingerprint": "pooled:0123", "pooled_markets": [str(tmp_path / "moved"), str(exported.market)]}

@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from model.artifact import load_artifact
+from model.artifact import TrainingInfo, load_artifact
 from rcb.cli import app
 from training.agents.sac import NETWORKS, SACAgent, SACConfig, check_networks_fit
 from training.market.generator import config_with, generate_market
@@ -141,6 +141,12 @@ def test_a_rerun_with_the_same_source_is_done_and_the_card_and_reselect_name_the
     card = load_artifact(model).card
     assert card.training.initialized_from == json.loads((tuned / "run.json").read_text())["initialized_from"]
     assert card.training.initialized_from is not None and card.training.initialized_from["run"] == str(source)
+    # an ensemble's card holds each member's source (None for a member trained afresh)
+    both = tmp_path / "both"
+    exported = runner.invoke(app, ["export", "--run", str(tuned), "--run", str(source), "--out", str(both), "--json"])
+    assert exported.exit_code == 0, exported.output
+    members = load_artifact(both).card.training.initialized_from
+    assert members == {"members": [card.training.initialized_from, None]}
     kept = runner.invoke(app, ["reselect", str(tuned), "--out", str(tmp_path / "start"), "--epoch", "-1"])
     assert kept.exit_code == 0, kept.output
     assert f"keeping the policy carried from {source}" in kept.output.replace("\n", "")
@@ -158,3 +164,31 @@ def test_networks_of_another_shape_are_a_clear_error(source: Path):
     with pytest.raises(ValueError, match="posterior encoder"):
         check_networks_fit(SACConfig(algo="crl", residual=True, controller=controller), networks)
     check_networks_fit(SACConfig(algo="cbrl", controller=controller), networks)  # the control case: it fits
+
+
+def test_a_source_fine_tuned_itself_is_recorded_down_the_chain(source: Path, market: Path, tmp_path: Path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert runner.invoke(app, sc_cbrl(market, first, "--init-from", str(source))).exit_code == 0
+    assert runner.invoke(app, sc_cbrl(market, second, "--init-from", str(first), "--epochs", "1")).exit_code == 0
+    body = json.loads((second / "run.json").read_text())
+    assert body["initialized_from"]["run"] == str(first)
+    assert body["initialized_from"]["initialized_from"]["run"] == str(source)
+
+
+def test_learned_fingerprints_walk_every_source():
+    info = TrainingInfo(
+        run="r",
+        market="m",
+        data_fingerprint="own",
+        epochs=1,
+        config={},
+        initialized_from={
+            "members": [
+                None,
+                {"run": "a", "data_fingerprint": "a", "initialized_from": {"run": "b", "data_fingerprint": "b"}},
+                {"run": "c", "data_fingerprint": "c"},
+            ]
+        },
+    )
+    assert info.learned_fingerprints() == {"own", "a", "b", "c"}
+    assert info.model_copy(update={"initialized_from": None}).learned_fingerprints() == {"own"}

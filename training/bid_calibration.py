@@ -147,9 +147,10 @@ def calibrate(
 
 
 def _trained_fingerprints(card: ModelCard) -> tuple[set[str], list[str]]:
-    """The train-split fingerprints the model saw (its card's, and each pooled market's that can still be opened: a
-    pooled card holds only their fold), and the pooled markets that could not be opened."""
-    seen, unread = {card.training.data_fingerprint}, []
+    """The train-split fingerprints the model saw (its card's, a fine-tuned model's sources', and each pooled
+    market's that can still be opened: a pooled card holds only their fold), and the pooled markets that could not
+    be opened."""
+    seen, unread = card.training.learned_fingerprints(), []
     for path in card.training.pooled_markets:
         try:
             seen.add(Market.open(Path(path)).split_fingerprint(SPLIT))

@@ -331,9 +331,11 @@ def export_ensemble(
         raise ExportError(f"{runs[0] / RUN_FILE}: cannot describe the run in a model card ({exc})") from None
     scores = [b.get("best_validation_score") for b in bodies]
     folds = [int(b["config"].get("validation_fold", 0)) for b in bodies]  # member 0's config alone would hide them
+    sources = [b.get("initialized_from") for b in bodies]  # each member's own, where fine-tuned
     training = first.training.model_copy(
         update={
             "members": [str(r) for r in runs],
+            "initialized_from": {"members": sources} if any(sources) else None,
             "config": {**first.training.config, "ensemble": len(runs), "member_validation_folds": folds},
         }
     )

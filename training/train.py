@@ -334,6 +334,7 @@ def initial_networks(source: Path, setting: Setting, config: SACConfig) -> Initi
         "market": recorded.get("market"),
         "data_fingerprint": recorded.get("data_fingerprint"),
         "epochs": len(recorded.get("history", [])),
+        **({"initialized_from": recorded["initialized_from"]} if recorded.get("initialized_from") else {}),
     }
     return InitialNetworks(networks=networks, source=source_record)
 
