@@ -51,7 +51,7 @@ from training.dayset import DaySet
 from training.epoch_selection import CONTROLLER_EPOCH, EPOCHS_DIR, kept_epoch, run_scores, snapshot_name, start_of
 from training.files import atomic_write, atomic_write_text
 from training.market.dataset import Market
-from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES, TRAINING_CHOICES
+from training.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES
 
 RUN_FILE = "run.json"
 VALIDATION_BEST_FILE = "validation-best.pt"
@@ -114,14 +114,14 @@ def run_training(
             raise RunError(f"{out} was trained on other data or another setting; it cannot be resumed here")
         if previous["config"]["algo"] != config.algo:
             raise RunError(f"{out} trains {previous['config']['algo']}, not {config.algo}")
-        if bool(previous["config"].get("residual", TRAINING_CHOICES["residual"])) != config.residual:
+        if bool(recorded_choice(previous["config"], "residual")) != config.residual:
             kind = "a residual" if config.residual else "a non-residual"
             raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
-        corrected = previous["config"].get("reference", "pid")
+        corrected = recorded_choice(previous["config"], "reference")
         if corrected != config.reference:
             raise RunError(f"{out} corrects {corrected}; resume it with --reference {corrected}")
         # a default that depends on the setting (SC CBRL's since session 32) must not switch mid-run
-        resampled = bool(previous["config"].get("bootstrap_days", TRAINING_CHOICES["bootstrap_days"]))
+        resampled = bool(recorded_choice(previous["config"], "bootstrap_days"))
         if resampled != config.bootstrap_days:
             option = "--bootstrap-days" if resampled else "--no-bootstrap-days"
             raise RunError(
@@ -277,14 +277,15 @@ class InitialNetworks:
 
     networks: dict[str, Any]
     source: dict[str, Any]
-    """``run`` (its directory), ``market``, ``data_fingerprint`` (its train days) and ``epochs`` trained."""
+    """``run`` (its directory), ``market``, ``data_fingerprint`` (its train days), ``epochs`` trained and, if the
+    source was fine-tuned too, its own ``initialized_from``."""
 
 
 def initial_networks(source: Path, setting: Setting, config: SACConfig) -> InitialNetworks:
     """Read and check the run a new run is fine-tuned from: a finished ``rcb train`` run (not a reselection) of
-    the same setting, algorithm and kind (residual or not, with the same reference), whose checkpoint holds its
-    last epoch's networks; the shapes are checked when the agent loads them. :class:`RunError` says what is
-    wrong."""
+    the same setting, algorithm and kind (residual or not, with the same reference) and :data:`NETWORK_MEANING`,
+    whose checkpoint holds its last epoch's networks, every tensor of which fits this run's
+    (:func:`training.agents.sac.check_networks_fit`). :class:`RunError` says what is wrong."""
     run_file = source / RUN_FILE
     if not run_file.is_file():
         raise RunError(f"--init-from {source}: not a run directory (no {RUN_FILE})")
@@ -301,21 +302,20 @@ def initial_networks(source: Path, setting: Setting, config: SACConfig) -> Initi
     kept = recorded.get("config", {})
     if kept.get("algo") != config.algo:
         raise RunError(f"--init-from {source}: trains {kept.get('algo')}, not {config.algo}")
-    residual = bool(kept.get("residual", TRAINING_CHOICES["residual"]))
-    if residual != config.residual or (residual and kept.get("reference", "pid") != config.reference):
+    residual, reference = bool(recorded_choice(kept, "residual")), recorded_choice(kept, "reference")
+    if residual != config.residual or (residual and reference != config.reference):
 
         def kind(is_residual: bool, reference: str) -> str:
             return f"a correction of its {reference}" if is_residual else "not a residual policy"
 
         raise RunError(
-            f"--init-from {source}: its policy is {kind(residual, kept.get('reference', 'pid'))},"
+            f"--init-from {source}: its policy is {kind(residual, reference)},"
             f" this run's is {kind(bool(config.residual), config.reference)}"
         )
-    defaults = {f.name: f.default for f in fields(SACConfig)}
     for name in NETWORK_MEANING:
-        if kept.get(name, defaults[name]) != getattr(config, name):
+        if recorded_choice(kept, name) != getattr(config, name):
             raise RunError(
-                f"--init-from {source}: its networks were trained with {name} {kept.get(name, defaults[name])},"
+                f"--init-from {source}: its networks were trained with {name} {recorded_choice(kept, name)},"
                 f" this run's is {getattr(config, name)}"
             )
     try:
@@ -356,23 +356,36 @@ def training_markets(paths: list[Path]) -> list[Market]:
     return markets
 
 
+_BEFORE_RECORDED: dict[str, Any] = json.loads(
+    json.dumps(
+        {**{f.name: f.default for f in fields(SACConfig) if f.default is not MISSING}, **BEFORE_THE_OPTIONS},
+        default=list,
+    )
+)
+"""What a run that recorded no value for a :class:`SACConfig` field did (:func:`recorded_choice`), as JSON holds it
+(tuples read back as lists)."""
+
+
+def recorded_choice(recorded: dict[str, Any], key: str) -> Any:
+    """Field ``key`` of a run's recorded config (run.json's ``config``); for a field the run recorded before it
+    existed, what runs did then: the value of :mod:`training.resume_choices` where it names one, else the field's
+    default (``"(not recorded)"`` for a field without one)."""
+    return recorded.get(key, _BEFORE_RECORDED.get(key, "(not recorded)"))
+
+
 def config_differences(
     recorded: dict[str, Any], config: SACConfig, setting: Setting, ignore: tuple[str, ...] = ("controller",)
 ) -> list[str]:
     """Where a run's recorded config (run.json's ``config``) differs from ``config`` resolved for ``setting``, as
     ``"n_step 8, not 4"`` lines; ``ignore`` names fields left out (by default the reference controller, tuned from
-    the train days). A field a run recorded before it existed reads as what runs did then: the value of
-    :mod:`training.resume_choices` where it names one, else the field's default."""
-    defaults = {f.name: f.default for f in fields(SACConfig) if f.default is not MISSING}
-    before = {**defaults, **BEFORE_THE_OPTIONS}
+    the train days). A field a run recorded before it existed reads as :func:`recorded_choice` says."""
     # through JSON, as run.json holds it (tuples read back as lists)
     wanted = json.loads(json.dumps(replace(config, controller=None).resolve(setting).to_dict()))
-    before = json.loads(json.dumps(before, default=list))
     differences = []
     for key, value in wanted.items():
         if key in ignore:
             continue
-        kept = recorded.get(key, before.get(key, "(not recorded)"))
+        kept = recorded_choice(recorded, key)
         if kept != value:
             differences.append(f"{key} {kept!r}, not {value!r}")
     return differences
@@ -552,7 +565,7 @@ def load_ensemble_bidder(
 def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
     """The deterministic bidder of a loaded ``best.pt``."""
     config = saved["config"]
-    residual = bool(config.get("residual", TRAINING_CHOICES["residual"]))
+    residual = bool(recorded_choice(config, "residual"))
     latent = config["latent_dim"] if saved["encoder"] is not None else 0
     policy = TanhGaussianPolicy(
         obs_dim(residual) + latent,
