@@ -193,17 +193,24 @@ class TrainingInfo(BaseModel):
     def learned_fingerprints(self) -> set[str]:
         """The train-split fingerprints whose days the weights learned from: the run's own and every fine-tuning
         source's, down the chain (a pooled market's individual ones are folded into its fingerprint)."""
-        found = {self.data_fingerprint}
-        pending: list[Any] = [self.initialized_from]
-        while pending:
-            item = pending.pop()
-            if isinstance(item, dict):
-                if isinstance(item.get("data_fingerprint"), str):
-                    found.add(item["data_fingerprint"])
-                pending.extend(item.values())
-            elif isinstance(item, list):
-                pending.extend(item)
-        return found
+        return {self.data_fingerprint} | {source["data_fingerprint"] for source in fine_tuning_sources(self)}
+
+
+def fine_tuning_sources(recorded: TrainingInfo | dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every fine-tuning source behind a card's training (or a run.json's ``initialized_from``), down the chain and
+    across an ensemble's members: each a record with the source's ``data_fingerprint`` (and, recorded since
+    session 43, its ``validation_fold``)."""
+    found = []
+    pending: list[Any] = [recorded.initialized_from if isinstance(recorded, TrainingInfo) else recorded]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("data_fingerprint"), str):
+                found.append(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return found
 
 
 class EvaluationInfo(BaseModel):

@@ -4,6 +4,7 @@ SACAgent.load_networks)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -57,6 +58,7 @@ def test_a_fine_tuned_run_starts_from_the_sources_last_networks(source: Path, ma
         "market": kept["market"],
         "data_fingerprint": kept["data_fingerprint"],
         "epochs": 2,
+        "validation_fold": 0,
     }
     assert [h["updates"] for h in body["history"]] == [h["updates"] for h in kept["history"]]
     # and it trains on from there: its networks moved
@@ -77,6 +79,13 @@ def test_a_resumed_fine_tuned_run_keeps_its_source_and_its_own_networks(source: 
     assert body["history"][2]["updates"] == 3 * body["history"][0]["updates"]  # its own optimizer state, resumed
     other = runner.invoke(app, [*grown, "--init-from", str(tmp_path)])
     assert other.exit_code == 2 and "init_from" in other.output
+    # the same source spelled another way (relative, through a link) is the same source
+    link = tmp_path / "link"
+    link.symlink_to(source)
+    for spelling in (os.path.relpath(source), str(link)):
+        again = runner.invoke(app, [*sc_cbrl(market, tuned, "--resume", epochs=4), "--init-from", spelling])
+        assert again.exit_code == 0, again.output
+    assert len(json.loads((tuned / "run.json").read_text())["history"]) == 4
 
 
 def test_a_source_that_cannot_be_carried_is_refused_before_anything_is_written(
@@ -192,3 +201,23 @@ def test_learned_fingerprints_walk_every_source():
     )
     assert info.learned_fingerprints() == {"own", "a", "b", "c"}
     assert info.model_copy(update={"initialized_from": None}).learned_fingerprints() == {"own"}
+
+
+def test_validation_days_a_source_trained_on_are_refused(source: Path, market: Path, tmp_path: Path):
+    folded = tmp_path / "folded"
+    assert runner.invoke(app, sc_cbrl(market, folded, "--validation-fold", "1", epochs=1)).exit_code == 0
+    tuned = tmp_path / "tuned"
+    assert runner.invoke(app, sc_cbrl(market, tuned, "--init-from", str(folded), epochs=1)).exit_code == 0
+    assert json.loads((tuned / "run.json").read_text())["initialized_from"]["validation_fold"] == 1
+    exported = tmp_path / "model"
+    assert runner.invoke(app, ["export", "--run", str(tuned), "--out", str(exported)]).exit_code == 0
+    evaluate = ["evaluate", str(market), "--setting", "sc", "--split", "validation", "--seeds", "1"]
+    for method in (str(tuned), f"shield:onnx:{exported}"):
+        refused = runner.invoke(app, [*evaluate, "--methods", method, "--out", str(tmp_path / "read")])
+        assert refused.exit_code == 2, refused.output
+        assert f"fine-tuned from {folded}, which held out validation fold 1" in refused.output.replace("\n", "")
+    # the control: a source that held out fold 0 read those days as a validation run does, never learned them
+    plain = tmp_path / "plain"
+    assert runner.invoke(app, sc_cbrl(market, plain, "--init-from", str(source), epochs=1)).exit_code == 0
+    read = runner.invoke(app, [*evaluate, "--methods", str(plain), "--out", str(tmp_path / "read")])
+    assert read.exit_code == 0, read.output

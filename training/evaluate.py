@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from model.artifact import ArtifactError, ModelCard, read_card
+from model.artifact import ArtifactError, ModelCard, fine_tuning_sources, read_card
 from model.contract import Setting
 from model.controller import ControllerGains
 from model.shield import ShieldConfig
@@ -485,6 +485,36 @@ def validation_folds_of(method: str) -> list[tuple[str, int]]:
     return out
 
 
+def check_sources_validation_fold(methods: list[str], market: Market) -> None:
+    """A fine-tuned model (``rcb train --init-from``) learned its source's train days too: refuse ``--split
+    validation`` on the source's market when the source held out another fold than 0, the days it read."""
+    train_days = market.split_fingerprint("train")
+    for listed in methods:
+        for where, initialized_from in _initialized_from(listed):
+            for source in fine_tuning_sources(initialized_from):
+                fold = int(source.get("validation_fold", 0))
+                if source["data_fingerprint"] == train_days and fold != 0:
+                    raise EvaluationError(
+                        f"{where} was fine-tuned from {source.get('run')}, which held out validation fold {fold} of"
+                        " this market: --split validation reads fold 0, days that source trained on (score it on"
+                        " test or OOD days)"
+                    )
+
+
+def _initialized_from(method: str) -> list[tuple[str, Any]]:
+    """Each run's (or the exported model's) recorded fine-tuning source behind ``method``."""
+    card = exported_card(method)
+    if card is not None:
+        return [(unshielded(method)[0], card.training.initialized_from)]
+    out = []
+    for run_dir in runs_behind(method):
+        try:
+            out.append((str(run_dir), json.loads((run_dir / "run.json").read_text()).get("initialized_from")))
+        except (OSError, ValueError, AttributeError):
+            continue  # an unreadable run fails where it is loaded, with its own message
+    return out
+
+
 def runs_behind(method: str) -> list[Path]:
     """The training run directories a method plays: a run directory or a run group (``LABEL=GLOB``, ``ensemble:``,
     ``shield:``); none for a baseline or an exported model."""
@@ -510,6 +540,7 @@ def check_split(methods: list[str], market: Market, split: str) -> None:
     (:func:`check_validation_fold`), or one that holds ``market``'s train days (:func:`check_not_in_sample`)."""
     if split == VALIDATION:
         check_validation_fold(methods)
+        check_sources_validation_fold(methods, market)
     if split in ("train", VALIDATION):
         for listed in methods:
             check_not_in_sample(unshielded(listed)[0], market, split)

@@ -334,6 +334,7 @@ def initial_networks(source: Path, setting: Setting, config: SACConfig) -> Initi
         "market": recorded.get("market"),
         "data_fingerprint": recorded.get("data_fingerprint"),
         "epochs": len(recorded.get("history", [])),
+        "validation_fold": int(recorded_choice(kept, "validation_fold")),
         **({"initialized_from": recorded["initialized_from"]} if recorded.get("initialized_from") else {}),
     }
     return InitialNetworks(networks=networks, source=source_record)
@@ -386,9 +387,20 @@ def config_differences(
         if key in ignore:
             continue
         kept = recorded_choice(recorded, key)
-        if kept != value:
+        if kept != value and not (key == "init_from" and same_run_dir(kept, value)):
             differences.append(f"{key} {kept!r}, not {value!r}")
     return differences
+
+
+def same_run_dir(kept: Any, given: Any) -> bool:
+    """Whether two spellings of a run directory (``--init-from``: relative or absolute, through a link) name the
+    same directory as it stands now; one that no longer exists is only the same as its own spelling."""
+    if not isinstance(kept, str) or not isinstance(given, str):
+        return False
+    try:
+        return Path(kept).resolve(strict=True) == Path(given).resolve(strict=True)
+    except OSError:
+        return False
 
 
 def finished_run_differences(
