@@ -229,6 +229,10 @@ def test_rcb_calibrate_writes_the_copy_and_says_why_it_refuses(exported: Exporte
     ):
         result = CliRunner().invoke(app, bad_args)
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    # checks first: a refusal comes before any progress bar is drawn
+    own_days = ["calibrate", str(exported.cbrl_model), str(exported.market), "--out", str(tmp_path / "z")]
+    result = CliRunner().invoke(app, own_days)
+    assert result.exit_code == 2 and "selected on" in result.output and "factors" not in result.output
 
 
 def test_the_copy_replaces_a_linked_destination_and_a_copy_that_does_not_load_leaves_it_as_it_was(

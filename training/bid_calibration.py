@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from model.artifact import CARD_FILE, BidScaleInfo, ModelCard, load_artifact
+from model.artifact import CARD_FILE, Artifact, BidScaleInfo, ModelCard, load_artifact
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
 from training.evaluate import episode_rows, split_days, summarize, tuned_baseline
@@ -108,6 +108,23 @@ def calibrate(
 ) -> tuple[BidCalibration, pd.DataFrame]:
     """Play every factor of :data:`LADDER` on ``market_dir``'s train days behind ``model_dir``'s shield (module
     docstring); the choice and the episodes (rows ``pid`` and ``m=M``). ``warn``: told what could not be checked."""
+    return play_ladder(prepare(model_dir, market_dir, warn), seeds, progress)
+
+
+@dataclass(frozen=True)
+class CalibrationInputs:
+    """A model and a served market, loaded and checked (:func:`prepare`): what :func:`play_ladder` plays."""
+
+    model_dir: Path
+    market_dir: Path
+    artifact: Artifact
+    market: Market
+    fingerprint: str
+
+
+def prepare(model_dir: Path, market_dir: Path, warn: Callable[[str], None] | None = None) -> CalibrationInputs:
+    """Load ``model_dir`` and ``market_dir`` and make every refusal (a market without train days, the model's own
+    train days) before anything is played, so a command can check first and draw its progress bar after."""
     artifact = load_artifact(model_dir)
     card = artifact.card
     market = Market.open(market_dir)
@@ -125,6 +142,15 @@ def calibrate(
             f"{market_dir}'s train days are the ones {model_dir} was trained and selected on; calibrate it on a market"
             " it will serve and has not seen"
         )
+    return CalibrationInputs(Path(model_dir), Path(market_dir), artifact, market, fingerprint)
+
+
+def play_ladder(
+    inputs: CalibrationInputs, seeds: int = SEEDS, progress: Progress | None = None
+) -> tuple[BidCalibration, pd.DataFrame]:
+    """The rule's plays (module docstring) on checked inputs: the choice and the episodes."""
+    artifact, market, market_dir, fingerprint = inputs.artifact, inputs.market, inputs.market_dir, inputs.fingerprint
+    card = artifact.card
     days, train = split_days(market, SPLIT, card.setting)
     pid, _ = tuned_baseline(market, REFERENCE, card.setting, train)
     played = days.play(pid, 0)

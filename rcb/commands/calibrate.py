@@ -26,7 +26,14 @@ def calibrate_command(
     factor with the highest median ANS among those whose CSR is at least the market's PID's (ties to the factor
     nearest 1), and write MODEL's copy to OUT with that factor on its card (bid_scale); the service and
     onnx:OUT apply it before the shield."""
-    from training.bid_calibration import LADDER, calibrate, check_destination, row_name, write_calibrated
+    from training.bid_calibration import (
+        LADDER,
+        check_destination,
+        play_ladder,
+        prepare,
+        row_name,
+        write_calibrated,
+    )
     from training.files import built_in
 
     def warn(message: str) -> None:
@@ -37,9 +44,10 @@ def calibrate_command(
             check_output_dir(out)
             check_output_dir(built_in(out), "--out's directory")  # where the copy is built, --out there or not
             check_destination(model, out, force)
+            inputs = prepare(model, market, warn=warn)  # every refusal before the bar is drawn
             with progress(quiet) as bar:
                 task = bar.add_task("factors", total=len(LADDER))
-                chosen, _ = calibrate(model, market, seeds, progress=lambda _: bar.advance(task), warn=warn)
+                chosen, _ = play_ladder(inputs, seeds, progress=lambda _: bar.advance(task))
             write_calibrated(model, out, chosen, force)
         except PermissionError as exc:  # a directory the copy cannot be written to: said, not a traceback
             raise fail(f"{out}: {exc.strerror}: {exc.filename}") from None
