@@ -60,16 +60,18 @@ def decode(campaign: str, stored: Stored) -> CampaignState:
 def answer(state: CampaignState, slot: int, replayed: bool) -> SlotAnswer:
     """The answer to the report of ``slot``, as it was when that report was applied (a replay answers the same):
     the ratio then decided, by whom and which model, and whether the budget was then spent. After the last slot
-    there is no slot to bid in: ratio 0, as ``GET`` and ``/v1/bid`` say."""
+    there is no slot to bid in, and a spent budget buys nothing more: ratio 0, as ``GET`` and ``/v1/bid`` say (the
+    decided ratio stays in the state's history)."""
     over = slot + 1 >= SLOTS_PER_DAY
+    spent = state.budget_exhausted_after(slot)
     return SlotAnswer(
         campaign_id=state.campaign,
         slot=slot + 1,
-        bid_ratio=0.0 if over else state.ratio_after(slot),
+        bid_ratio=0.0 if over or spent else state.ratio_after(slot),
         model_version=state.model_version_at(slot + 1),
         decided_by=state.decided_by_at(slot + 1),  # type: ignore[arg-type]
         replayed=replayed,
-        budget_exhausted=state.budget_exhausted_after(slot),
+        budget_exhausted=spent,
     )
 
 

@@ -50,10 +50,15 @@ def test_columnar_multi_campaign(client):
 
 def test_a_campaign_out_of_budget_bids_zero(client):
     register(client, budget=5.0)
-    client.post("/v1/slot-update", json=update(cost=5.0, wins=10))
+    answered = client.post("/v1/slot-update", json=update(cost=5.0, wins=10)).json()
+    # the slot-update's own answer says so too: an engine that bids the answer's ratio stops spending
+    assert answered["budget_exhausted"] is True and answered["bid_ratio"] == 0.0
     body = client.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0, 2.0]}).json()
     assert body["bids"] == [0.0, 0.0] and body["bid_ratio"] == 0.0
-    assert client.get("/v1/campaigns/c1").json()["budget_exhausted"] is True
+    view = client.get("/v1/campaigns/c1").json()
+    assert view["budget_exhausted"] is True and view["bid_ratio"] == 0.0
+    again = client.post("/v1/slot-update", json=update(cost=5.0, wins=10)).json()
+    assert again == {**answered, "replayed": True}
 
 
 @pytest.mark.parametrize(
