@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from model.contract import SLOTS_PER_DAY
@@ -22,7 +22,7 @@ from service.metrics import Metrics
 from service.ratio_cache import RatioCache
 from service.runner import Decided, ModelRunner
 from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
-from service.store import CasItem, EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
+from service.store import EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
 
 log = logging.getLogger("rcb.service")
 
@@ -250,7 +250,8 @@ class Episodes:
 
     async def apply_batch(self, updates: Sequence[SlotUpdate]) -> SlotUpdateBatchAnswer:
         """One answer per update, in order. Reads, decisions and writes go in chunks (one ``get_many``, one model call
-        and, on Redis, one pipelined compare-and-set per chunk), with the bids in flight served between chunks."""
+        and one ``compare_and_set_many``, pipelined on Redis, per chunk), with the bids in flight served between
+        chunks."""
         n = len(updates)
         results: list[BatchItem | None] = [None] * n
         seen: set[str] = set()
@@ -281,15 +282,11 @@ class Episodes:
                 part = zip(unique[start:stop], stored[start:stop], strict=True)
                 for i, item in part:
                     self._classify_item(updates[i], i, item, results, pending)
-            await self._after_bids()
+            await self.yield_to_bids()
         # each write carries the blob its state was computed from (a re-registration in between is a change)
         read = {i: item.blob for i, item in zip(unique, stored, strict=True) if item is not None}
-        cas_many = getattr(self.store, "compare_and_set_many", None)
-        if pending and cas_many is not None:
-            await self._decide_and_write_chunks(cas_many, updates, results, pending, read)
-        elif pending:
-            decided = await self.runner.decide_async([s for _, s in pending])
-            await self._write_each(updates, results, pending, decided, read)
+        if pending:
+            await self._decide_and_write_chunks(updates, results, pending, read)
         done = [r for r in results if r is not None]
         assert len(done) == n
         batch = SlotUpdateBatchAnswer.of(done)
@@ -310,7 +307,7 @@ class Episodes:
             yield start, stop
             start = stop
 
-    async def _after_bids(self) -> None:
+    async def yield_to_bids(self) -> None:
         """Between two chunks of a batch: give the loop to the bids in flight first (at most ~2 ms a chunk), so a
         slot boundary fills the gaps between bids instead of queueing them behind it."""
         loop = asyncio.get_running_loop()
@@ -357,15 +354,15 @@ class Episodes:
 
     async def _decide_and_write_chunks(
         self,
-        cas_many: Callable[[Sequence[CasItem]], Awaitable[list[Stored | StoreError | None]]],
         updates: Sequence[SlotUpdate],
         results: list[BatchItem | None],
         pending: list[tuple[int, CampaignState]],
         read: dict[int, bytes],
     ) -> None:
         """Chunk by chunk: decide (one model call on the nice-19 batch thread:
-        :meth:`ModelRunner.decide_in_background`), write in one pipelined round trip, answer; the bids in flight
-        go first between chunks."""
+        :meth:`ModelRunner.decide_in_background`), write (one pipelined round trip on Redis; on the memory store
+        no await at all, so the chunks are what lets the loop breathe), answer; the bids in flight go first between
+        chunks."""
         for start, stop in self._background_spans(len(pending)):
             part = pending[start:stop]
             async with self._lane:
@@ -375,7 +372,7 @@ class Episodes:
                 for (i, _), new in zip(part, news, strict=True):
                     u = updates[i]
                     writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes(), read[i]))
-            currents = await cas_many(writes)
+            currents = await self.store.compare_and_set_many(writes)
             async with self._lane:
                 for (i, _), new, current in zip(part, news, currents, strict=True):
                     u = updates[i]
@@ -389,39 +386,7 @@ class Episodes:
                 self._count(
                     decided, [(k, updates[i].campaign_id) for k, (i, _) in enumerate(part) if currents[k] is None]
                 )
-            await self._after_bids()
-
-    async def _write_each(
-        self,
-        updates: Sequence[SlotUpdate],
-        results: list[BatchItem | None],
-        pending: list[tuple[int, CampaignState]],
-        decided: Decided,
-        read: dict[int, bytes],
-    ) -> None:
-        """One compare-and-set per campaign, at most ``pool_size`` in flight (stores without a batch write)."""
-        limit = asyncio.Semaphore(self.settings.pool_size)
-
-        async def write(k: int, i: int, reported: CampaignState) -> None:
-            u = updates[i]
-            new = decided.state(k, reported)
-            async with limit:
-                try:
-                    current = await self.store.compare_and_set(
-                        u.campaign_id, u.episode, u.slot, new.to_bytes(), expected=read[i]
-                    )
-                except UnknownCampaign:
-                    results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
-                    return
-                except StoreUnavailable as exc:
-                    results[i] = self._error_item(u, store_unavailable(exc))
-                    self.metrics.store_failed(slot_updates=1)  # a 503 item inside a 200 batch
-                    return
-            results[i] = self._written(u, new, current)
-            if current is None:
-                self._count(decided, [(k, u.campaign_id)])
-
-        await asyncio.gather(*(write(k, i, s) for k, (i, s) in enumerate(pending)))
+            await self.yield_to_bids()
 
     def _error_item(self, update: SlotUpdate, exc: ApiError) -> BatchItem:
         """The item of a refusal, counted (:meth:`_refused`)."""

@@ -6,6 +6,7 @@ from typing import TypedDict
 from urllib.parse import urlsplit
 
 from service.store.base import (
+    DEFAULT_STATE_TTL_S,
     CasItem,
     EpisodeStore,
     Stored,
@@ -16,7 +17,7 @@ from service.store.base import (
 )
 from service.store.cluster import RedisClusterStore, parse_cluster_url
 from service.store.memory import MemoryStore
-from service.store.redis import DEFAULT_STATE_TTL_S, RedisStore
+from service.store.redis import RedisStore
 
 __all__ = [
     "CasItem",
@@ -54,7 +55,7 @@ async def open_store(
 ) -> EpisodeStore:
     """Open the store named by ``url``.
 
-    - ``None`` or ``"memory"``: :class:`MemoryStore` (the keyword arguments do not apply);
+    - ``None`` or ``"memory"``: :class:`MemoryStore` (only ``state_ttl_s`` applies);
     - ``redis://host:port/db`` or ``rediss://...``: :class:`RedisStore`;
     - ``redis+cluster://host:port[,host:port...]``: :class:`RedisClusterStore`.
 
@@ -62,7 +63,7 @@ async def open_store(
     (``ping()`` answers ``False``, other calls raise ``StoreUnavailable``) and recovers when Redis comes back.
     """
     if url is None or url.strip() in ("memory", "memory://"):
-        return MemoryStore()
+        return MemoryStore(state_ttl_s=state_ttl_s)
     url = url.strip()
     options = StoreOptions(
         prefix=prefix, state_ttl_s=state_ttl_s, pool_size=pool_size, pool_timeout_s=pool_timeout_s, timeout_s=timeout_s

@@ -23,6 +23,9 @@ class Stored:
     blob: bytes
 
 
+DEFAULT_STATE_TTL_S = 7 * 24 * 3600
+"""A campaign's state expires this long after its last write, in every store (``RCB_STATE_TTL_S``)."""
+
 CasItem = tuple[str, str, int, bytes, bytes | None]
 """``(campaign, episode, expected_slot, blob, expected)``: one :meth:`EpisodeStore.compare_and_set` of a batch."""
 
@@ -106,6 +109,12 @@ class EpisodeStore(Protocol):
         write leaves ``(A, 0)`` stored again, with the new registration's constraints. Raises
         :class:`UnknownCampaign` if the campaign has no state.
         """
+        ...
+
+    async def compare_and_set_many(self, items: Sequence[CasItem]) -> list[Stored | StoreError | None]:
+        """:meth:`compare_and_set` of many ``(campaign, episode, expected_slot, blob, expected)``, each checked and
+        written on its own, as alone (a batch of slot updates). Per item, in order: None (written), the
+        :class:`Stored` state found instead, or the error the single call would raise, as a value."""
         ...
 
     async def delete(self, campaign: str) -> None:

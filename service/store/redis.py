@@ -30,6 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from service.store.base import (
+    DEFAULT_STATE_TTL_S,
     CasItem,
     Stored,
     StoreError,
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_STATE_TTL_S = 7 * 24 * 3600
 _FIELDS = ("e", "s", "b")
 _REDIS_FAILURES = (redis_errors.RedisError, redis_errors.RedisClusterException, OSError)
 _RESUBSCRIBE_BACKOFF_S = (0.05, 5.0)  # first and largest wait before the listener reconnects

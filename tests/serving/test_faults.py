@@ -122,19 +122,19 @@ def test_store_outages_inside_a_batch_are_counted_and_the_gauge_follows_the_writ
         for campaign in ("c1", "c2", "c3"):
             register(c, campaign)
         store = c.app.state.store
-        real = store.compare_and_set
+        real = store.compare_and_set_many
 
-        async def down(*args, **kwargs):
-            raise StoreUnavailable("memory: a stand-in outage")
+        async def down(items):  # as a Redis pipeline that failed answers: every item its error
+            return [StoreUnavailable("memory: a stand-in outage") for _ in items]
 
-        monkeypatch.setattr(store, "compare_and_set", down)
+        monkeypatch.setattr(store, "compare_and_set_many", down)
         batch = [update(campaign, slot=0) for campaign in ("c1", "c2", "c3")]
         answer = c.post("/v1/slot-update/batch", json={"updates": batch})
         assert answer.status_code == 200 and [item["status"] for item in answer.json()["results"]] == [503] * 3
         text = c.get("/metrics").text
         assert metric(text, "rcb_store_up") == 0
         assert 'rcb_slot_updates_total{result="unavailable"} 3.0' in text
-        monkeypatch.setattr(store, "compare_and_set", real)
+        monkeypatch.setattr(store, "compare_and_set_many", real)
         assert c.post("/v1/slot-update", json=update("c1", slot=0)).status_code == 200
         assert metric(c.get("/metrics").text, "rcb_store_up") == 1
 

@@ -258,7 +258,7 @@ def test_an_unreadable_state_is_409_and_reregistering_the_episode_starts_it_anew
 
     register(client)
     store = client.app.state.store
-    store._states["c1"] = Stored("e1", 3, b"\x00damaged")  # a damaged blob (or another format's)
+    store._put("c1", Stored("e1", 3, b"\x00damaged"))  # a damaged blob (or another format's)
     r = client.post("/v1/slot-update", json=update(slot=3))
     assert r.status_code == 409 and r.json()["error"] == "unreadable_state" and "re-register" in r.json()["detail"]
     again = register(client)

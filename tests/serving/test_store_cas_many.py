@@ -1,5 +1,5 @@
-"""RedisStore.compare_and_set_many (the pipelined batch write of /v1/slot-update/batch): per item, the answer that
-compare_and_set alone gives, in order; on a Redis Cluster the same through one call each."""
+"""compare_and_set_many (the batch write of /v1/slot-update/batch), on every store: per item, the answer that
+compare_and_set alone gives, in order (pipelined on Redis, one call each on a Redis Cluster, in turn in memory)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ pytestmark = pytest.mark.anyio
 DAY = "2024-05-01"
 
 
-async def test_each_item_answers_as_alone(store: EpisodeStore, store_url: str) -> None:
-    if store_url == "memory":
-        pytest.skip("the memory store has no batch write (the batch path writes one by one)")
+async def test_each_item_answers_as_alone(store: EpisodeStore) -> None:
     for c in ("a", "b", "c"):
         await store.register(c, DAY, b"s0")
     assert await store.compare_and_set("b", DAY, 0, b"b1") is None
@@ -24,7 +22,7 @@ async def test_each_item_answers_as_alone(store: EpisodeStore, store_url: str) -
         ("c", "2024-05-02", 0, b"other day", None),  # wrong episode: answers the state found
         ("a", DAY, 1, b"a2", None),  # the next slot of an item written earlier in the same call
     ]
-    out = await store.compare_and_set_many(items, chunk=2)  # type: ignore[attr-defined]
+    out = await store.compare_and_set_many(items)
     assert out[0] is None
     assert out[1] == Stored(DAY, 1, b"b1")
     assert isinstance(out[2], UnknownCampaign) and out[2].campaign == "nobody"
@@ -34,14 +32,12 @@ async def test_each_item_answers_as_alone(store: EpisodeStore, store_url: str) -
     assert await store.get_many(["a", "b", "c"]) == expected
 
 
-async def test_items_naming_the_blob_they_read_are_checked_against_it(store: EpisodeStore, store_url: str) -> None:
-    if store_url == "memory":
-        pytest.skip("the memory store has no batch write (the batch path writes one by one)")
+async def test_items_naming_the_blob_they_read_are_checked_against_it(store: EpisodeStore) -> None:
     for c in ("a", "b"):
         await store.register(c, DAY, b"s0")
     await store.register("b", "2024-05-02", b"other")
     await store.register("b", DAY, b"registered again")  # A -> B -> A: (DAY, 0) again, another blob
     items = [("a", DAY, 0, b"a1", b"s0"), ("b", DAY, 0, b"b1 from the old", b"s0")]
-    out = await store.compare_and_set_many(items)  # type: ignore[attr-defined]
+    out = await store.compare_and_set_many(items)
     assert out == [None, Stored(DAY, 0, b"registered again")]
     assert await store.get_many(["a", "b"]) == [Stored(DAY, 1, b"a1"), Stored(DAY, 0, b"registered again")]

@@ -298,6 +298,32 @@ async def test_writes_refresh_the_ttl(store_url: str) -> None:
         await delete_prefix(store_url, "ttl-test")
 
 
+async def test_memory_states_expire_after_their_last_write() -> None:
+    """As on Redis: a state expires ``state_ttl_s`` after its last write (a re-confirm is not one), and the embedded
+    store drops what expired, so a long-running service does not keep every campaign it ever saw."""
+    now = [0.0]
+    store = MemoryStore(state_ttl_s=10, clock=lambda: now[0])
+    await store.register("c1", DAY, b"s0")
+    await store.register("c2", DAY, b"t0")
+    now[0] = 6.0
+    await store.register("c1", DAY, b"s0")  # re-confirm: writes nothing, expiry untouched
+    assert await store.compare_and_set("c2", DAY, 0, b"t1") is None  # a write: c2 now lives to 16
+    now[0] = 10.0
+    assert await store.get("c1") is None and await store.get("c2") == Stored(DAY, 1, b"t1")
+    with pytest.raises(UnknownCampaign):
+        await store.compare_and_set("c1", DAY, 0, b"s1")
+    assert await store.campaigns() == ["c2"]
+    for k in range(100):  # campaigns seen once and gone: each write drops what has expired
+        now[0] = 20.0 + k
+        await store.register(f"once-{k}", DAY, b"x")
+    assert len(store._states) == 10 and await store.get("c2") is None
+    configured, default = await open_store("memory", state_ttl_s=5), await open_store(None)
+    assert isinstance(configured, MemoryStore) and isinstance(default, MemoryStore)
+    assert configured.state_ttl_s == 5 and default.state_ttl_s == 7 * 24 * 3600  # RCB_STATE_TTL_S reaches it
+    with pytest.raises(ValueError, match="state_ttl_s"):
+        MemoryStore(state_ttl_s=0)
+
+
 # -- faults on a real server --------------------------------------------------------------------------------------
 
 
