@@ -2,9 +2,11 @@
 
 An entry is fresh for ``ttl_s`` after it was read. Writes made by this process update it at once;
 writes made by other processes arrive as store notifications (Redis pub/sub) and mark the entry
-stale, so the next bid re-reads the store. **Staleness bound**: after a slot update is acknowledged,
-another process may still bid the previous slot's ratio for at most ``ttl_s`` (default 1 s) if the
-notification is lost, typically a few milliseconds when it is not. A store read that was out while the entry
+stale, so the next bid re-reads the store. An entry that only aged past ``ttl_s`` (no notification says it
+changed) is bid at once and read again behind the bid (:meth:`RatioCache._refresh_behind`): a stalled store costs
+no bid its timeout. **Staleness bound**: after a slot update is acknowledged, another process may still bid the
+previous slot's ratio for at most ``ttl_s`` (default 1 s) plus one store read if the notification is lost,
+typically a few milliseconds when it is not. A store read that was out while the entry
 changed never replaces a newer one (:meth:`RatioCache.settle`): an entry put meanwhile stands unless the read shows
 its episode at a later slot, and a notification that arrived meanwhile makes the next bid read again. While the
 store is unreachable, a stale entry keeps serving (answers say ``stale: true``) rather than failing the bid.
@@ -69,6 +71,8 @@ class RatioCache:
         self._waiting: dict[str, asyncio.Future[Stored | None]] = {}
         self._waiting_store: EpisodeStore | None = None
         self._reads: set[asyncio.Task[None]] = set()
+        self._refreshing: set[str] = set()
+        """Campaigns whose aged entry is being read again behind the bids (:meth:`_refresh_behind`)."""
         self.bids_in_flight = 0
         """``/v1/bid`` requests being answered now: slot batches let them finish first (service.episodes)."""
         self.last_bid = float("-inf")
@@ -158,6 +162,41 @@ class RatioCache:
     def forget(self, campaign: str) -> None:
         self._entries.pop(campaign, None)
 
+    def _refresh_behind(self, campaigns: list[str], store: EpisodeStore) -> None:
+        """Read ``campaigns`` again in a task of their own, once each however many bids ask meanwhile: the read
+        settles as a bid's would; if the store fails, the entries are kept as stale for another ``ttl_s``."""
+        names = [c for c in dict.fromkeys(campaigns) if c not in self._refreshing]
+        if not names:
+            return
+        self._refreshing.update(names)
+        task = asyncio.get_running_loop().create_task(self._refresh(names, store))
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
+
+    async def _refresh(self, names: list[str], store: EpisodeStore) -> None:
+        try:
+            with self.reading(names) as read_from:
+                try:
+                    stored = await self._read(names, store)
+                except StoreUnavailable:
+                    self.metrics.store_failed()
+                    retry_after = time.monotonic()
+                    kept = 0
+                    for name in names:
+                        entry = self._entries.get(name)
+                        # put meanwhile (this process's write) or marked changed (a notification): not ours to keep
+                        if entry is None or self._put_since(entry, read_from) or entry.fetched == float("-inf"):
+                            continue
+                        self._entries[name] = replace(entry, fetched=retry_after, stale=True)
+                        kept += 1
+                    self.metrics.cache.labels(outcome="stale").inc(kept)
+                    return
+                self.metrics.store_up.set(1)
+                for name, item in zip(names, stored, strict=True):
+                    self.settle(name, read_from, None if item is None else readable(item.blob))
+        finally:
+            self._refreshing.difference_update(names)
+
     def peek(self, campaign: str) -> CachedRatio | None:
         return self._entries.get(campaign)
 
@@ -215,13 +254,19 @@ class RatioCache:
         now = time.monotonic()
         out: list[CachedRatio | None] = []
         missing: list[int] = []
+        aged: list[str] = []
         for k, campaign in enumerate(campaigns):
             entry = self._entries.get(campaign)
             if entry is not None and now - entry.fetched < self.ttl_s:
                 out.append(entry)
+            elif entry is not None and entry.fetched > float("-inf"):  # aged, not known to have changed
+                out.append(entry)
+                aged.append(campaign)
             else:
                 out.append(None)
                 missing.append(k)
+        if aged:
+            self._refresh_behind(aged, store)
         hits = len(campaigns) - len(missing)
         if hits:
             self._hits.inc(hits)

@@ -20,21 +20,31 @@ def test_a_stalled_redis_bids_from_cache_refuses_updates_quickly_and_applies_onc
     with serving(models.cbrl_model, store=redis_server.url, key_prefix=prefix(), ratio_cache_ttl_s=0.2) as c:
         register(c)
         ratio = c.post("/v1/slot-update", json=update(slot=0)).json()["bid_ratio"]
-        time.sleep(0.3)  # the cache entry is past its TTL: the next bid asks the store
+        time.sleep(0.3)  # the cache entry is past its TTL: the next bid asks the store, behind the bid
         redis_server.pause()
         try:
             started = time.monotonic()
             bid = c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [2.0]})
             first_bid = time.monotonic() - started
-            assert bid.status_code == 200 and bid.json()["stale"] is True and bid.json()["bids"] == [2.0 * ratio]
-            started = time.monotonic()
-            again = c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [2.0]})
-            assert again.status_code == 200 and time.monotonic() - started < 0.1  # no second timeout within the TTL
+            # bid from the aged entry at once, not after the stalled store's timeout; the read behind it fails
+            assert bid.status_code == 200 and bid.json()["bids"] == [2.0 * ratio] and first_bid < 0.2, first_bid
+            bids = []
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                again = c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [2.0]})
+                bids.append((again.json()["stale"], time.monotonic() - started))
+                if again.json()["stale"]:
+                    break
+                time.sleep(0.02)
+            assert bids[-1][0] is True and again.json()["bids"] == [2.0 * ratio]  # said stale once the read failed
+            assert max(took for _, took in bids) < 0.2, bids  # no bid waited for the store
+            assert metric(c.get("/metrics").text, "rcb_store_up") == 0
             started = time.monotonic()
             refused = c.post("/v1/slot-update", json=update(slot=1))
             elapsed = time.monotonic() - started
             assert refused.status_code == 503 and refused.json()["error"] == "store_unavailable"
-            assert elapsed < 2.0 and first_bid < 2.0, (elapsed, first_bid)
+            assert elapsed < 2.0, elapsed
             assert c.get("/readyz").status_code == 503
         finally:
             redis_server.resume()
@@ -57,8 +67,11 @@ def test_a_killed_redis_is_503_then_recovers(models, redis_server):
             text = c.get("/metrics").text  # said at once, not after the next /readyz ping
             assert metric(text, "rcb_store_up") == 0
             assert 'rcb_slot_updates_total{result="unavailable"} 1.0' in text
-            bid = c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0]})
-            assert bid.status_code == 200 and bid.json()["stale"] is True
+            bids = [c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0]}) for _ in range(2)]
+            while not bids[-1].json()["stale"] and len(bids) < 100:  # the read behind the first bid fails first
+                time.sleep(0.02)
+                bids.append(c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0]}))
+            assert all(b.status_code == 200 for b in bids) and bids[-1].json()["stale"] is True
             assert c.put("/v1/campaigns/c2", json={"episode": "e", "roi_target": 1.0}).status_code == 503
         finally:
             redis_server.restart()

@@ -190,3 +190,43 @@ async def test_a_notification_during_overlapping_reads_costs_one_reread_not_one_
     reads = len(store.held)
     entries, _ = await cache.get_many(["c1"], store)
     assert entries[0] is not None and entries[0].slot == 2 and len(store.held) == reads
+
+
+async def test_an_aged_entry_is_bid_at_once_and_read_again_behind_the_bids() -> None:
+    """Before: a bid for a campaign whose entry passed ttl_s waited for the store, a stalled store's whole timeout
+    (about 250 ms once a second per campaign in a review's probe)."""
+    store, cache = HeldStore(), RatioCache(ttl_s=0.0, metrics=Metrics())
+    await store.register("c1", DAY, state_at(2, 2.5).to_bytes())
+    cache.put("c1", state_at(1, 1.5))  # aged at once (ttl 0), and no notification says it changed
+    first, stale = await cache.get_many(["c1"], store)  # answered while the read behind it is held
+    assert first[0] is not None and (first[0].slot, first[0].ratio, stale) == (1, 1.5, False)
+    await store.reads_out(1)
+    second, _ = await cache.get_many(["c1", "c1"], store)  # asked again meanwhile: no second read
+    assert [e.slot for e in second if e is not None] == [1, 1] and len(store.held) == 1
+    store.release.set()
+    while cache._refreshing:
+        await asyncio.sleep(0)
+    entry = cache.peek("c1")
+    assert entry is not None and (entry.slot, entry.ratio, entry.stale) == (2, 2.5, False)
+
+
+async def test_a_read_behind_the_bids_that_fails_keeps_the_entry_as_stale() -> None:
+    metrics = Metrics()
+    store, cache = HeldStore(), RatioCache(ttl_s=0.0, metrics=metrics)
+    store.release.set()
+    store.fail = True
+    await store.register("c1", DAY, state_at(1, 1.5).to_bytes())
+    cache.put("c1", state_at(1, 1.5))
+    entries, stale = await cache.get_many(["c1"], store)
+    assert entries[0] is not None and not stale  # this bid did not wait for the failure
+    while cache._refreshing:
+        await asyncio.sleep(0)
+    entry = cache.peek("c1")
+    assert entry is not None and entry.stale and entry.ratio == 1.5
+    assert metrics.store_up._value.get() == 0  # type: ignore[attr-defined]
+    cache.ttl_s = 60.0  # kept for another ttl_s: served stale without asking the store
+    entries, stale = await cache.get_many(["c1"], store)
+    assert stale and entries[0] is not None and entries[0].ratio == 1.5
+    # a campaign never seen still needs the store: that bid waits and fails, as before
+    with pytest.raises(StoreUnavailable):
+        await cache.get_many(["c2"], store)
