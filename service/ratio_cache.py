@@ -85,8 +85,10 @@ class RatioCache:
         return len(self._entries)
 
     def put(self, campaign: str, state: CampaignState) -> CachedRatio:
-        if len(self._entries) >= self.max_entries and campaign not in self._entries:
-            self._entries.pop(next(iter(self._entries)))  # oldest insertion first: a bounded memory footprint
+        # Re-inserted, so the dict's order is the order of the last put (a read or a write): a campaign that bids
+        # is read again every ttl_s and stays at the young end; the one put longest ago goes first when full.
+        if self._entries.pop(campaign, None) is None and len(self._entries) >= self.max_entries:
+            self._entries.pop(next(iter(self._entries)))  # a bounded memory footprint
         self._seq += 1
         entry = CachedRatio(state.episode, state.slot, bid_ratio_of(state), time.monotonic(), seq=self._seq)
         self._entries[campaign] = entry

@@ -230,3 +230,14 @@ async def test_a_read_behind_the_bids_that_fails_keeps_the_entry_as_stale() -> N
     # a campaign never seen still needs the store: that bid waits and fails, as before
     with pytest.raises(StoreUnavailable):
         await cache.get_many(["c2"], store)
+
+
+def test_a_full_cache_lets_go_of_the_campaign_put_longest_ago() -> None:
+    """Before: the oldest insertion went first, so a campaign cached first and bidding ever since was the one evicted
+    (and, with the store down, refused)."""
+    cache = RatioCache(ttl_s=60.0, metrics=Metrics(), max_entries=2)
+    cache.put("hot", state_at(1, 1.5))
+    cache.put("cold", state_at(1, 1.5))
+    cache.put("hot", state_at(2, 2.5))  # read again (or written) since
+    cache.put("new", state_at(1, 1.5))
+    assert cache.peek("cold") is None and cache.peek("hot") is not None and cache.peek("new") is not None
