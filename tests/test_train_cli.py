@@ -1156,3 +1156,19 @@ def test_curriculum_options_are_refused_for_an_algorithm_without_one(market: Pat
         )
         assert result.exit_code == 2 and "is for crl and cbrl" in result.output, result.output
         assert not (tmp_path / algo).exists()
+
+
+def test_buffer_episodes_is_an_option_kept_on_resume(tmp_path: Path):
+    market = tmp_path / "market"
+    generate_market(market, config_with(days_id=8, days_ood=0, impressions_per_day=6000, seed=5), workers=1)
+    out = tmp_path / "run"
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "crl", "--updates-per-epoch", "5"]
+    first = runner.invoke(app, [*args, "--epochs", "1", "--buffer-episodes", "7", "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    assert json.loads((out / "run.json").read_text())["config"]["buffer_episodes"] == 7
+    grown = runner.invoke(app, [*args, "--epochs", "2", "--resume", "--out", str(out)])
+    assert grown.exit_code == 0, grown.output
+    body = json.loads((out / "run.json").read_text())
+    assert body["config"]["buffer_episodes"] == 7 and len(body["history"]) == 2
+    other = runner.invoke(app, [*args, "--epochs", "3", "--resume", "--buffer-episodes", "9", "--out", str(out)])
+    assert other.exit_code == 2 and "buffer_episodes" in other.output

@@ -234,6 +234,16 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    buffer_episodes: Annotated[
+        int | None,
+        typer.Option(
+            "--buffer-episodes",
+            min=1,
+            help="Replay capacity in whole episodes, the oldest let go first (a day's train days times"
+            f" episodes per day are collected each epoch). Default: {_default('buffer_episodes')}.",
+            show_default=False,
+        ),
+    ] = None,
     correction_penalty: Annotated[
         float | None,
         typer.Option(
@@ -410,6 +420,7 @@ def train_command(
                 "residual": residual,
                 "reference": None if reference is None else reference.value,
                 "n_step": n_step,
+                "buffer_episodes": buffer_episodes,
                 "correction_penalty": correction_penalty,
                 "roi_margin": roi_margin,
                 "regime_spread": regime_spread,
