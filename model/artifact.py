@@ -379,6 +379,13 @@ class ModelCard(_Strict):
         return reads_controller(self.features)
 
     @property
+    def builds_on_last_ratio(self) -> bool:
+        """The policy's ratio is its last one moved (relative actions, not residual: ``prev_ratio`` is its base), so a
+        bid scale must be divided out of the ratios it reads back, or the factor would compound slot after slot
+        (:func:`model.policy.decision_inputs`). Runs recorded before relative actions were absolute."""
+        return not self.is_planner and not self.residual and float(self.training.config.get("action_step", 0.0)) > 0
+
+    @property
     def expected_files(self) -> tuple[str, ...]:
         if self.is_planner:
             return (SCENARIOS_FILE,)

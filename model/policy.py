@@ -23,6 +23,7 @@ registered under those names and that seed decides exactly the ratios ``rcb eval
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,15 +73,21 @@ def decision_inputs(
     keys: Sequence[NoiseKey],
     latent_dim: int,
     controller: Reference | None = None,
+    own_ratio_scale: float = 1.0,
 ) -> DecisionInputs:
     """The inputs of one decision for the rows of ``histories`` (each at its own slot), concatenated in order.
 
     ``keys`` has one entry per row. ``latent_dim`` 0: a policy without posterior (only ``obs``). ``controller``:
     a residual model's reference controller (the observations then end with ``controller_ratio``).
+    ``own_ratio_scale``: the bid scale of a model that builds on its last ratio
+    (:attr:`model.artifact.ModelCard.builds_on_last_ratio`): the ratios bid are read back divided by it, the
+    model's own, so its next ratio moves its own last one and the scale stays one factor instead of compounding.
     """
     n = sum(h.n for h in histories)
     if len(keys) != n:
         raise ValueError(f"{n} rows need {n} noise keys, got {len(keys)}")
+    if own_ratio_scale != 1.0:
+        histories = [_with_ratios_over(h, own_ratio_scale) for h in histories]
     sequences = [observation_sequence(h, controller) for h in histories]
     obs = np.concatenate([seq[:, -1] for seq in sequences], axis=0) if histories else np.zeros((0, 0), np.float32)
     if latent_dim == 0:
@@ -99,6 +106,13 @@ def decision_inputs(
     slots = [h.slot for h in histories for _ in range(h.n)]
     eps = _noise(keys, slots, latent_dim)
     return DecisionInputs(obs=obs, steps=steps, mask=mask, eps=eps.astype(np.float32))
+
+
+def _with_ratios_over(history: History, scale: float) -> History:
+    """A copy of ``history`` whose ratios are divided by ``scale`` (the stats, as the market answered, unchanged)."""
+    own = copy.copy(history)
+    own.ratios = history.ratios / scale
+    return own
 
 
 def _noise(keys: Sequence[NoiseKey], slots: list[int], latent_dim: int) -> np.ndarray:
@@ -143,6 +157,9 @@ class Policy:
         low, high = BID_SCALE_RANGE
         if not low <= self.bid_scale <= high:  # also refuses nan: a card's own factor is checked the same way
             raise ValueError(f"bid scale must be in [{low:g}, {high:g}], not {self.bid_scale!r}")
+        self.own_ratio_scale = self.bid_scale if artifact.card.builds_on_last_ratio else 1.0
+        """What the ratios read back are divided by (:func:`decision_inputs`): the scale, for a model that builds
+        on its last ratio; 1 for a residual or absolute one (its base is not what it bid)."""
 
     @property
     def latent_dim(self) -> int:
@@ -157,7 +174,9 @@ class Policy:
             decided = [planner.decide(h) for h in histories]
             ratio = np.concatenate([r for r, _ in decided])
             return Decision(ratio=self._scaled(ratio), depth=Depth.concat([d for _, d in decided]))
-        return self.decide_inputs(decision_inputs(histories, keys, self.latent_dim, self.controller))
+        return self.decide_inputs(
+            decision_inputs(histories, keys, self.latent_dim, self.controller, self.own_ratio_scale)
+        )
 
     def decide_inputs(self, inputs: DecisionInputs) -> Decision:
         if inputs.steps is None:
@@ -180,11 +199,14 @@ class Policy:
             inverse = np.argsort([i for rows in groups for i in rows])
             assert decision.depth is not None
             return Decision(ratio=decision.ratio[inverse], depth=decision.depth.take(inverse))
-        return self.decide_inputs(states_inputs(states, self.latent_dim, self.controller))
+        return self.decide_inputs(states_inputs(states, self.latent_dim, self.controller, self.own_ratio_scale))
 
 
 def states_inputs(
-    states: Sequence[CampaignState], latent_dim: int, controller: ControllerGains | None = None
+    states: Sequence[CampaignState],
+    latent_dim: int,
+    controller: ControllerGains | None = None,
+    own_ratio_scale: float = 1.0,
 ) -> DecisionInputs:
     """:func:`decision_inputs` for campaign states, answered in the order of ``states``.
 
@@ -197,7 +219,7 @@ def states_inputs(
     order = [i for rows in groups for i in rows]
     histories = [stack_histories([states[i] for i in rows]) for rows in groups]
     keys = [NoiseKey(states[i].seed, states[i].campaign, states[i].episode) for i in order]
-    grouped = decision_inputs(histories, keys, latent_dim, controller)
+    grouped = decision_inputs(histories, keys, latent_dim, controller, own_ratio_scale)
     inverse = np.empty(len(order), dtype=np.int64)
     inverse[np.asarray(order)] = np.arange(len(order))
 

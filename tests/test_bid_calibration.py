@@ -3,6 +3,7 @@ carried on its card (``bid_scale``) and applied by :class:`model.policy.Policy`,
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from dataclasses import replace
@@ -97,7 +98,8 @@ def test_the_card_carries_a_scale_in_range_and_the_served_version_follows_it(exp
 
 def test_the_policy_bids_the_models_ratio_times_the_scale(exported: Exported):
     days = DaySet.load(Market.open(exported.market), "test", SETTING)
-    artifact = load_artifact(exported.cbrl_model)
+    artifact = load_artifact(exported.residual_model)  # its base is its controller's ratio, not what it bid
+    assert artifact.card.residual and not artifact.card.builds_on_last_ratio
     plain, scaled = OnnxBidder(artifact), OnnxBidder(artifact, bid_scale=4.0)
     history = days.play(plain, 3).history  # a whole day: every slot's decision from the same played history
     for bidder in (plain, scaled):
@@ -117,6 +119,27 @@ def test_the_policy_bids_the_models_ratio_times_the_scale(exported: Exported):
     for bad in (0.0, 0.1, 5.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="bid scale must be in"):
             OnnxBidder(artifact, bid_scale=bad)
+
+
+def test_a_model_that_builds_on_its_last_ratio_bids_one_factor_not_a_compounding_one(exported: Exported):
+    """A relative, non-residual model moves its last ratio: read back as bid (times the scale), the factor compounded,
+    m^(t+1) by slot t (a review served 1.1, 1.21, ... 3.14 by slot 11 at m = 1.1). Read back as its own ratios, the
+    scaled model bids m times what the model alone bids on the same market answers, at every slot."""
+    days = DaySet.load(Market.open(exported.market), "test", SETTING)
+    artifact = load_artifact(exported.cbrl_model)
+    assert artifact.card.builds_on_last_ratio
+    m = 1.3
+    plain, scaled = OnnxBidder(artifact), OnnxBidder(artifact, bid_scale=m)
+    history = days.play(plain, 3).history
+    for bidder in (plain, scaled):
+        bidder.start(days.registration(), 3)
+    for slot in range(0, SLOTS_PER_DAY, 6):
+        alone = history.until(slot)
+        as_bid = copy.copy(alone)  # the same market answers, the ratios as the scaled model bid them
+        as_bid.ratios = np.clip(alone.ratios * m, 0.0, RATIO_MAX)
+        np.testing.assert_allclose(scaled.bid(as_bid), np.clip(plain.bid(alone) * m, 0.0, RATIO_MAX), rtol=1e-6)
+    assert OnnxBidder(load_artifact(exported.hard_model)).policy.own_ratio_scale == 1.0  # scale 1: nothing to undo
+    assert scaled.policy.own_ratio_scale == m
 
 
 def test_calibrate_plays_the_ladder_and_writes_a_copy_that_onnx_plays_as_chosen(
