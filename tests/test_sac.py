@@ -256,6 +256,25 @@ def test_soft_combination_rivals_use_their_rewards(tiny_market):
     assert agent.multiplier >= 0.0 and agent.multiplier != 0.5
 
 
+def test_the_dual_step_reads_the_constraint_the_rewards_hold(tiny_market, monkeypatch):
+    """With an ROI margin the rewards hold each episode to L (1 + margin); the dual step read plain L (a review's
+    finding), chasing another constraint than the reward's."""
+    from training.agents import sac
+    from training.dayset import DaySet
+
+    seen = []
+
+    def spy(delivery, cost, roi_target, budget):
+        seen.append(np.asarray(roi_target, dtype=float).copy())
+        return 0.0
+
+    monkeypatch.setattr(sac, "constraint_gap", spy)
+    days = DaySet.load(tiny_market, "train", "mc")
+    config = SACConfig(algo="rcpo", epochs=1, updates_per_epoch=2, episodes_per_day=1, hidden=16, roi_margin=0.2)
+    sac.train(config, days)
+    assert seen and np.allclose(seen[0], days.registration().roi_target.repeat(1) * 1.2)
+
+
 def test_residual_actions_scale_the_controllers_ratio_and_invert():
     """``--residual``: the base is the controller's ratio (the ``controller_ratio`` feature), not the last ratio."""
     from model.features import CONTROLLER_INDEX

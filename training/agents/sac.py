@@ -941,15 +941,18 @@ def train(
         )
         played = days_reference(reference, days, episodes)
         buffer.add(collected.history, oracle, played)
+        # The constraint the rewards hold the episodes to (EpisodeBuffer.sample: L * (1 + roi_margin)): the dual
+        # step and the learned curriculum read the same one, or they would chase another target than the reward.
+        held_to = collected.history.registration.roi_target * (1.0 + (config.roi_margin or 0.0))
         if isinstance(stage, LagrangianStage):  # RCPO: lambda follows this epoch's mean constraint gap (dual ascent)
             registration = collected.history.registration
-            gap = constraint_gap(collected.delivery, collected.cost, registration.roi_target, registration.budget)
+            gap = constraint_gap(collected.delivery, collected.cost, held_to, registration.budget)
             stage = replace(stage, multiplier=dual.update(gap))
         agent.multiplier = dual.multiplier
         if auto is not None and stage.b is not None:  # learn b_k on this epoch's episodes, relabel with it
             history = collected.history
             reg = history.registration
-            auto.update(stage, history.delivery, history.cost, reg.roi_target, reg.budget, oracle)
+            auto.update(stage, history.delivery, history.cost, held_to, reg.budget, oracle)
             stage = auto.stage(stage)
         n_step = config.n_step if stage.terminal else 1
         # A new stage changes the reward under the critic: refit it before the actor follows its gradient.
