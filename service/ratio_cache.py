@@ -239,6 +239,9 @@ class RatioCache:
             for future in batch.values():
                 if not future.done():
                     future.set_exception(error)
+                    # Every waiter still raises it; a waiter that is gone (a read behind the bids cancelled at
+                    # shutdown) leaves no "exception never retrieved" in the log.
+                    future.exception()
             if not isinstance(exc, Exception):
                 raise
             return
