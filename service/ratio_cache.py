@@ -186,11 +186,9 @@ class RatioCache:
                     kept = 0
                     for name in names:
                         entry = self._entries.get(name)
-                        # put meanwhile (this process's write) or marked changed (a notification): not ours to keep
-                        if entry is None or self._put_since(entry, read_from) or entry.fetched == float("-inf"):
-                            continue
-                        self._entries[name] = replace(entry, fetched=retry_after, stale=True)
-                        kept += 1
+                        # marked changed meanwhile (a notification): the next bid reads it, not ours to keep
+                        if entry is not None and entry.fetched > float("-inf"):
+                            kept += self._kept_stale(name, entry, read_from, retry_after).stale
                     self.metrics.cache.labels(outcome="stale").inc(kept)
                     return
                 self.metrics.store_up.set(1)
@@ -198,6 +196,14 @@ class RatioCache:
                     self.settle(name, read_from, None if item is None else readable(item.blob))
         finally:
             self._refreshing.difference_update(names)
+
+    def _kept_stale(self, name: str, entry: CachedRatio, read_from: int, retry_after: float) -> CachedRatio:
+        """After a store read that started at change count ``read_from`` failed: ``entry`` as it stands if it was
+        put meanwhile (this process's write: not stale), else kept as stale, not asked for again for ``ttl_s``."""
+        if self._put_since(entry, read_from):
+            return entry
+        kept = self._entries[name] = replace(entry, fetched=retry_after, stale=True)
+        return kept
 
     def peek(self, campaign: str) -> CachedRatio | None:
         return self._entries.get(campaign)
@@ -291,11 +297,8 @@ class RatioCache:
                 retry_after = time.monotonic()
                 for k, name, entry in zip(missing, names, current, strict=True):
                     assert entry is not None
-                    if self._put_since(entry, read_from):
-                        out[k] = entry  # put while the read was out (this process's write): not stale
-                        continue
-                    out[k] = self._entries[name] = replace(entry, fetched=retry_after, stale=True)
-                    served_stale = True
+                    kept = out[k] = self._kept_stale(name, entry, read_from, retry_after)
+                    served_stale = served_stale or kept.stale
                 return out, served_stale
             self.metrics.cache.labels(outcome="miss").inc(len(missing))
             self.metrics.store_up.set(1)  # the store answered

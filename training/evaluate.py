@@ -446,10 +446,10 @@ def check_not_in_sample(method: str, market: Market, split: str) -> None:
     """An exported planner (``rcb export --plan``) of this market holds its train days as scenarios: scored on train
     or validation days it would find each day among them. (The ``plan`` baseline plays them leave-one-out.) So does
     the reference of a run trained with ``--reference plan`` (its training planned each of them leave-one-out)."""
-    for run_dir in runs_behind(method):
+    for run_dir, body in run_records(method):
         try:
-            controller = json.loads((run_dir / "run.json").read_text())["config"].get("controller") or {}
-        except (OSError, ValueError, KeyError, TypeError):
+            controller = body["config"].get("controller") or {}
+        except (KeyError, TypeError):
             continue  # an unreadable run fails where it is loaded, with its own message
         if controller.get("kind") == "plan" and controller.get("fingerprint") == market.split_fingerprint("train"):
             raise EvaluationError(
@@ -476,11 +476,10 @@ def validation_folds_of(method: str) -> list[tuple[str, int]]:
         folds = config.get("member_validation_folds") or [config.get("validation_fold", 0)]
         return [(method, int(fold)) for fold in folds]
     out = []
-    for run_dir in runs_behind(method):
+    for run_dir, body in run_records(method):
         try:
-            config = json.loads((run_dir / "run.json").read_text())["config"]
-            out.append((str(run_dir), int(config.get("validation_fold", 0))))
-        except (OSError, ValueError, KeyError, TypeError):
+            out.append((str(run_dir), int(body["config"].get("validation_fold", 0))))
+        except (KeyError, TypeError, ValueError):
             continue  # an unreadable run fails where it is loaded, with its own message
     return out
 
@@ -506,12 +505,20 @@ def _initialized_from(method: str) -> list[tuple[str, Any]]:
     card = exported_card(method)
     if card is not None:
         return [(unshielded(method)[0], card.training.initialized_from)]
+    return [(str(run_dir), body.get("initialized_from")) for run_dir, body in run_records(method)]
+
+
+def run_records(method: str) -> list[tuple[Path, dict[str, Any]]]:
+    """Each training run behind ``method`` (:func:`runs_behind`) with its run.json body; a run whose record cannot be
+    read or is not an object is left out (it fails where it is loaded, with its own message)."""
     out = []
     for run_dir in runs_behind(method):
         try:
-            out.append((str(run_dir), json.loads((run_dir / "run.json").read_text()).get("initialized_from")))
-        except (OSError, ValueError, AttributeError):
-            continue  # an unreadable run fails where it is loaded, with its own message
+            body = json.loads((run_dir / "run.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(body, dict):
+            out.append((run_dir, body))
     return out
 
 

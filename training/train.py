@@ -313,9 +313,10 @@ def initial_networks(source: Path, setting: Setting, config: SACConfig) -> Initi
             f" this run's is {kind(bool(config.residual), config.reference)}"
         )
     for name in NETWORK_MEANING:
-        if recorded_choice(kept, name) != getattr(config, name):
+        trained_with = recorded_choice(kept, name)
+        if trained_with != getattr(config, name):
             raise RunError(
-                f"--init-from {source}: its networks were trained with {name} {recorded_choice(kept, name)},"
+                f"--init-from {source}: its networks were trained with {name} {trained_with},"
                 f" this run's is {getattr(config, name)}"
             )
     try:

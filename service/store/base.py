@@ -165,6 +165,13 @@ def check_write(episode: str, blob: bytes, expected_slot: int | None = None) -> 
         raise ValueError(f"expected_slot must be an int >= 0, got {expected_slot!r}")
 
 
+def check_cas_items(items: Sequence[CasItem]) -> None:
+    """:func:`check_campaign` and :func:`check_write` of every item of a ``compare_and_set_many``, before any write."""
+    for campaign, episode, expected_slot, blob, _ in items:
+        check_campaign(campaign)
+        check_write(episode, blob, expected_slot)
+
+
 def redacted(url: str) -> str:
     """``url`` with its password masked, for error messages and logs: the user part's (``redis://:secret@h:6379`` ->
     ``redis://:***@h:6379``, up to the last ``@``, so an unencoded ``@`` or ``/`` in it is masked too), with or

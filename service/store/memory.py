@@ -21,6 +21,7 @@ from service.store.base import (
     UnknownCampaign,
     UpdateCallback,
     check_campaign,
+    check_cas_items,
     check_write,
 )
 
@@ -105,9 +106,7 @@ class MemoryStore:
 
     async def compare_and_set_many(self, items: Sequence[CasItem]) -> list[Stored | StoreError | None]:
         """:meth:`compare_and_set` of each item, in order; an item's error is its answer, not raised."""
-        for campaign, episode, expected_slot, blob, _ in items:
-            check_campaign(campaign)
-            check_write(episode, blob, expected_slot)
+        check_cas_items(items)
         out: list[Stored | StoreError | None] = []
         for item in items:
             try:

@@ -38,6 +38,7 @@ from service.store.base import (
     UnknownCampaign,
     UpdateCallback,
     check_campaign,
+    check_cas_items,
     check_prefix,
     check_write,
     parse_notice,
@@ -251,9 +252,7 @@ class RedisStore:
         would raise (:class:`UnknownCampaign`, or :class:`StoreUnavailable` for every item of a chunk that failed).
         On a Redis Cluster the items go one call each (a cluster pipeline runs no scripts here).
         """
-        for campaign, episode, expected_slot, blob, _ in items:
-            check_campaign(campaign)
-            check_write(episode, blob, expected_slot)
+        check_cas_items(items)
         if not isinstance(self._client, Redis):
             return list(await asyncio.gather(*(self._cas_or_error(*item) for item in items)))
         out: list[Stored | StoreError | None] = []
