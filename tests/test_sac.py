@@ -390,3 +390,41 @@ def test_the_correction_penalty_holds_a_residual_policy_near_its_controller():
         SACConfig(algo="crl", correction_penalty=0.1)
     with pytest.raises(ValueError, match=">= 0"):
         SACConfig(algo="cbrl", correction_penalty=-0.1)
+
+
+@pytest.mark.parametrize("belief", ["shared", "ahead"])
+def test_the_critic_target_reads_the_belief_the_config_names_at_the_bootstrap(
+    belief: str, monkeypatch: pytest.MonkeyPatch
+):
+    """``bootstrap_belief``: "shared" bootstraps ``o_{t+n}`` with slot t's z (Eq. 8); "ahead" with a z of
+    ``q(z | tau_{t+n})``, the belief the policy acts on at t + n."""
+    buffer = _filled_buffer()
+    batch = buffer.sample(np.random.default_rng(1), 64, stage_at(6, PAPER_CURRICULUM), n_step=5)
+    agent = SACAgent(SACConfig(algo="cbrl", residual=False, seed=3, hidden=16, bootstrap_belief=belief))
+    assert agent.encoder is not None
+    latent = agent.config.latent_dim
+
+    def known_posterior(steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # the posterior after t transitions has mean t in every coordinate and no spread
+        t = torch.arange(steps.shape[1] + 1, dtype=torch.float32).view(1, -1, 1)
+        mean = t.expand(steps.shape[0], -1, latent).clone().requires_grad_()
+        return mean, torch.full_like(mean, 1e-12)
+
+    monkeypatch.setattr(agent.encoder, "every_prefix", known_posterior)
+    seen: dict[str, torch.Tensor] = {}
+    target = agent.critic_target.forward
+
+    def recording_target(obs: torch.Tensor, action: torch.Tensor):
+        seen["z"] = obs[:, -latent:].detach().clone()
+        return target(obs, action)
+
+    monkeypatch.setattr(agent.critic_target, "forward", recording_target)
+    agent.update(batch)
+    expected = batch.next_slot if belief == "ahead" else batch.slot
+    assert not torch.equal(batch.next_slot, batch.slot)
+    np.testing.assert_allclose(seen["z"].numpy(), expected.float().view(-1, 1).expand(-1, latent).numpy(), atol=1e-5)
+
+
+def test_bootstrap_belief_is_checked():
+    with pytest.raises(ValueError, match="bootstrap_belief must be one of shared, ahead"):
+        SACConfig(algo="cbrl", bootstrap_belief="later")

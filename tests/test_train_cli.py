@@ -1172,3 +1172,18 @@ def test_buffer_episodes_is_an_option_kept_on_resume(tmp_path: Path):
     assert body["config"]["buffer_episodes"] == 7 and len(body["history"]) == 2
     other = runner.invoke(app, [*args, "--epochs", "3", "--resume", "--buffer-episodes", "9", "--out", str(out)])
     assert other.exit_code == 2 and "buffer_episodes" in other.output
+
+
+def test_bootstrap_belief_is_for_cbrl_and_kept_on_resume(market: Path, tmp_path: Path):
+    out = tmp_path / "run"
+    args = ["train", "--data", str(market), "--setting", "sc", "--updates-per-epoch", "2", "--selection-seeds", "1"]
+    refused = runner.invoke(app, [*args, "--algo", "crl", "--bootstrap-belief", "ahead", "--out", str(out)])
+    assert refused.exit_code == 2 and "--bootstrap-belief is for cbrl" in refused.output
+    first = runner.invoke(
+        app, [*args, "--algo", "cbrl", "--epochs", "1", "--bootstrap-belief", "ahead", "--out", str(out)]
+    )
+    assert first.exit_code == 0, first.output
+    assert json.loads((out / "run.json").read_text())["config"]["bootstrap_belief"] == "ahead"
+    resumed = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "2", "--resume", "--out", str(out)])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads((out / "run.json").read_text())["config"]["bootstrap_belief"] == "ahead"

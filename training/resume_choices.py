@@ -49,6 +49,7 @@ TRAINING_CHOICES: dict[str, Any] = {
     "relaxed_stages": True,
     "start_at_controller": False,
     "reference": "pid",
+    "bootstrap_belief": "shared",
 }
 """Choices of what is learned that ``rcb train --resume`` keeps when they are not given, by ``SACConfig`` field,
 with what a run recorded before the option existed did. (``n_step`` and ``correction_penalty`` are kept too;

@@ -37,6 +37,13 @@ class ReferenceChoice(StrEnum):
     plan = "plan"
 
 
+class BootstrapBeliefChoice(StrEnum):
+    """``--bootstrap-belief``: :data:`training.agents.sac.BOOTSTRAP_BELIEFS`."""
+
+    shared = "shared"
+    ahead = "ahead"
+
+
 class SelectionDaysChoice(StrEnum):
     """``--selection-days``: :data:`training.agents.sac.SELECTION_DAYS`."""
 
@@ -244,6 +251,16 @@ def train_command(
             show_default=False,
         ),
     ] = None,
+    bootstrap_belief: Annotated[
+        BootstrapBeliefChoice | None,
+        typer.Option(
+            "--bootstrap-belief",
+            help="CBRL: the belief the critic's target reads at its bootstrap slot t+n: 'shared', the z drawn for"
+            " slot t (the paper's Eq. 8); 'ahead', a z of the posterior at t+n, the belief the policy acts on there."
+            f" Default: {_default('bootstrap_belief')}.",
+            show_default=False,
+        ),
+    ] = None,
     correction_penalty: Annotated[
         float | None,
         typer.Option(
@@ -421,6 +438,7 @@ def train_command(
                 "reference": None if reference is None else reference.value,
                 "n_step": n_step,
                 "buffer_episodes": buffer_episodes,
+                "bootstrap_belief": None if bootstrap_belief is None else bootstrap_belief.value,
                 "correction_penalty": correction_penalty,
                 "roi_margin": roi_margin,
                 "regime_spread": regime_spread,
@@ -441,6 +459,8 @@ def train_command(
             ):
                 if _given(ctx, name) and algo.value not in ("crl", "cbrl"):
                     raise ValueError(f"{option} is for crl and cbrl (the curriculum); {algo.value} has none")
+            if _given(ctx, "bootstrap_belief") and algo.value != "cbrl":
+                raise ValueError(f"--bootstrap-belief is for cbrl (its posterior encoder); {algo.value} has none")
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key in overrides:  # --epochs too: a run resumed without it continues to the epochs it planned
                     if not _given(ctx, key):

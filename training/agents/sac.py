@@ -89,6 +89,8 @@ SELECTION_EPOCHS = ("best", "last")
 """The choices of :attr:`SACConfig.selection_epoch`."""
 REFERENCES = ("pid", "plan")
 """What a residual policy may correct (:attr:`SACConfig.reference`)."""
+BOOTSTRAP_BELIEFS = ("shared", "ahead")
+"""The choices of :attr:`SACConfig.bootstrap_belief`."""
 SELECTION_SEEDS: dict[str, int] = {"mc": 1, "sc": 5}
 """The default of :attr:`SACConfig.selection_seeds`, per setting. SC: 5 since session 20, by a rule fixed before
 the runs were read (more of the suite's 8 test/OOD rows meet the bar, none lost): the default's ensembles behind the
@@ -143,6 +145,11 @@ class SACConfig:
     original problem, USCB, RCPO): the terminal reward reaches early slots in 48 / n bootstraps instead of
     48 (a slight off-policy bias, the usual trade). Dense curriculum stages keep 1-step targets: summed
     slot penalties there made the critic's targets large and the policy stop bidding."""
+    bootstrap_belief: str = "shared"
+    """CBRL: the belief the critic's target reads at its bootstrap ``o_{t+n}``. ``"shared"``: the ``z`` drawn from
+    ``q(z | tau_t)`` for ``o_t`` (Eq. 8's one ``z`` per transition, as the paper's task variable); ``"ahead"``:
+    a ``z`` drawn from ``q(z | tau_{t+n})`` (no gradient), the belief the policy acts on in slot ``t + n``, so the
+    target values the policy as it is played (the belief-MDP view). Ignored without an encoder."""
     tau: float = 0.005
     """Polyak factor of the target critics."""
     learning_rate: float = 3e-4
@@ -290,6 +297,10 @@ class SACConfig:
             raise ValueError("correction_penalty must be >= 0")
         if self.correction_penalty > 0 and not self.residual:
             raise ValueError("correction_penalty needs a residual run (it pulls toward the reference controller)")
+        if self.bootstrap_belief not in BOOTSTRAP_BELIEFS:
+            raise ValueError(
+                f"bootstrap_belief must be one of {', '.join(BOOTSTRAP_BELIEFS)}, not {self.bootstrap_belief!r}"
+            )
         if self.reference not in REFERENCES:
             raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, not {self.reference!r}")
         if self.reference != "pid" and not self.residual:
@@ -428,6 +439,8 @@ class Batch(NamedTuple):
     """``(B,)``: the ``n``-step return ``R_t`` under the stage sampled with."""
     next_obs: torch.Tensor
     """``(B, F)``: ``o_{t+n}``, the observation the return bootstraps from (``o_T`` at the day's end)."""
+    next_slot: torch.Tensor
+    """``(B,)``: ``t + n`` cut at the day's end: the slot of :attr:`next_obs` (the encoder's prefix length there)."""
     done: torch.Tensor
     """``(B,)``: 1 when the day ended before ``t + n``."""
     discount: torch.Tensor
@@ -524,6 +537,7 @@ class EpisodeBuffer:
             ratio=as_tensor(self.ratios[episode, slot]),
             reward=as_tensor(returns),
             next_obs=as_tensor(self.obs[episode, bootstrap]),
+            next_slot=torch.as_tensor(bootstrap),
             done=as_tensor(bootstrap == SLOTS_PER_DAY),
             discount=as_tensor(gamma ** (bootstrap - slot)),
         )
@@ -698,12 +712,19 @@ class SACAgent:
         obs, next_obs = batch.obs, batch.next_obs
         kl = torch.zeros(())
         if self.encoder is not None:
-            # z ~ q(z | tau_t) (reparameterized), shared by o_t and the bootstrap o_{t+n}, as in Eq. 8's target.
+            # z ~ q(z | tau_t) (reparameterized); the bootstrap o_{t+n} reads the same z (Eq. 8) or, "ahead", a z
+            # of q(z | tau_{t+n}), the belief the policy acts on there (SACConfig.bootstrap_belief).
             every_mean, every_std = self.encoder.every_prefix(batch.steps)  # one pass per sampled episode
             mean, std = every_mean[batch.episode, batch.slot], every_std[batch.episode, batch.slot]
             z = mean + std * torch.randn_like(std)
             kl = kl_to_standard_normal(mean, std).mean()
-            obs, next_obs = torch.cat([obs, z], dim=1), torch.cat([next_obs, z.detach()], dim=1)
+            if self.config.bootstrap_belief == "ahead":
+                ahead_mean = every_mean[batch.episode, batch.next_slot]
+                ahead_std = every_std[batch.episode, batch.next_slot]
+                next_z = (ahead_mean + ahead_std * torch.randn_like(ahead_std)).detach()
+            else:
+                next_z = z.detach()
+            obs, next_obs = torch.cat([obs, z], dim=1), torch.cat([next_obs, next_z], dim=1)
         with torch.no_grad():
             _, next_action, next_log_prob = self.actor.sample(next_obs)
             target_q = torch.min(*self.critic_target(next_obs, next_action)) - alpha * next_log_prob
