@@ -22,7 +22,7 @@ from service.metrics import Metrics
 from service.ratio_cache import RatioCache
 from service.runner import Decided, ModelRunner
 from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
-from service.store import EpisodeStore, Stored, StoreError, StoreUnavailable, UnknownCampaign
+from service.store import EpisodeStore, Stored, StoreError, UnknownCampaign
 
 log = logging.getLogger("rcb.service")
 
@@ -269,13 +269,16 @@ class Episodes:
             else:
                 seen.add(u.campaign_id)
                 unique.append(i)
-        stored: list[Stored | None] = []
-        try:
-            for start, stop in self._spans(len(unique)):  # read in chunks too: one big pipeline is one long stall
-                stored += await self.store.get_many([updates[i].campaign_id for i in unique[start:stop]])
-        except StoreUnavailable:
-            self.metrics.store_failed(slot_updates=max(len(unique) - 1, 0))  # the 503 handler counts the request's one
-            raise
+        stored: list[Stored | StoreError | None] = []
+        for start, stop in self._spans(len(unique)):  # read in chunks too: one big pipeline is one long stall
+            read_now = await self.store.get_each([updates[i].campaign_id for i in unique[start:stop]])
+            if read_now and all(isinstance(item, StoreError) for item in read_now):
+                # no read of a chunk answered: the store is down, not one node; the request is one 503
+                self.metrics.store_failed(slot_updates=max(len(unique) - 1, 0))  # the 503 handler counts one
+                down = read_now[0]
+                assert isinstance(down, StoreError)
+                raise down
+            stored += read_now
         pending: list[tuple[int, CampaignState]] = []
         for start, stop in self._spans(len(unique)):
             async with self._lane:
@@ -284,7 +287,7 @@ class Episodes:
                     self._classify_item(updates[i], i, item, results, pending)
             await self.yield_to_bids()
         # each write carries the blob its state was computed from (a re-registration in between is a change)
-        read = {i: item.blob for i, item in zip(unique, stored, strict=True) if item is not None}
+        read = {i: item.blob for i, item in zip(unique, stored, strict=True) if isinstance(item, Stored)}
         if pending:
             await self._decide_and_write_chunks(updates, results, pending, read)
         done = [r for r in results if r is not None]
@@ -320,13 +323,18 @@ class Episodes:
         self,
         u: SlotUpdate,
         i: int,
-        item: Stored | None,
+        item: Stored | StoreError | None,
         results: list[BatchItem | None],
         pending: list[tuple[int, CampaignState]],
     ) -> None:
-        """One update of a batch against its stored state: an item now (unknown, conflict, replay) or pending."""
+        """One update of a batch against its stored state: an item now (unknown, conflict, replay, its read failed)
+        or pending."""
         if item is None:
             results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
+            return
+        if isinstance(item, StoreError):  # its node did not answer (a Redis Cluster with a node down): 503 alone
+            results[i] = self._error_item(u, store_unavailable(item))
+            self.metrics.store_failed(slot_updates=1)
             return
         try:
             state = self._decoded(u.campaign_id, item)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from model.state import CampaignState, StateError
 from service.metrics import Metrics
-from service.store import EpisodeStore, Stored, StoreUnavailable
+from service.store import EpisodeStore, Stored, StoreError, StoreUnavailable
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ class RatioCache:
     async def _read_batch(batch: dict[str, asyncio.Future[Stored | None]], store: EpisodeStore) -> None:
         names = list(batch)
         try:
-            stored = await store.get_many(names)
+            stored = await store.get_each(names)  # a Redis Cluster node down fails its own campaigns' bids only
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else StoreUnavailable(f"store read interrupted ({exc!r})")
             for future in batch.values():
@@ -253,7 +253,12 @@ class RatioCache:
             return
         for name, item in zip(names, stored, strict=True):
             future = batch[name]
-            if not future.done():
+            if future.done():
+                continue
+            if isinstance(item, StoreError):
+                future.set_exception(item)
+                future.exception()  # as above: its waiters raise it, a gone one leaves no log
+            else:
                 future.set_result(item)
 
     async def get_many(self, campaigns: Sequence[str], store: EpisodeStore) -> tuple[list[CachedRatio | None], bool]:

@@ -90,6 +90,12 @@ class EpisodeStore(Protocol):
         """States of ``campaigns``, in order, ``None`` for missing ones (one round trip on a single Redis)."""
         ...
 
+    async def get_each(self, campaigns: Sequence[str]) -> list[Stored | StoreError | None]:
+        """:meth:`get_many` with its failures per item, as :meth:`compare_and_set_many` answers: per campaign, in
+        order, its state, None (no state) or the error its read raised, as a value. On a Redis Cluster a stalled or
+        lost node fails its own campaigns only; on one server a failure is every item's."""
+        ...
+
     async def register(self, campaign: str, episode: str, blob: bytes) -> tuple[Stored, bool]:
         """Atomically start ``episode`` unless it is the stored one.
 

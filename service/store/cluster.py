@@ -19,8 +19,9 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
 
-from service.store.base import Stored, StoreError, redacted
+from service.store.base import Stored, StoreError, StoreUnavailable, redacted
 from service.store.redis import _FIELDS, RedisStore, _decode
 
 SCHEME = "redis+cluster"
@@ -95,6 +96,14 @@ class RedisClusterStore(RedisStore):
                 await self._client.initialize()
                 self._ready = True
 
+    async def _run_script(self, script: Any, key: str, args: Sequence[Any]) -> Any:
+        """EVALSHA on the key's node, else EVAL there: redis-py's own fallback loads the script on every primary
+        (SCRIPT LOAD fans out), so one stalled node would fail writes to all of them."""
+        try:
+            return await self._client.evalsha(script.sha, 1, key, *args)
+        except NoScriptError:
+            return await self._client.eval(script.script, 1, key, *args)
+
     async def ping(self) -> bool:
         """Every primary answers: a plain PING reaches one node, which answers while another primary is down and
         the campaigns it holds answer 503 (readiness and ``rcb_store_up`` would say the store is fine)."""
@@ -119,14 +128,49 @@ class RedisClusterStore(RedisStore):
         return Redis.from_pool(pool)
 
     async def get_many(self, campaigns: Sequence[str]) -> list[Stored | None]:
+        found: list[Stored | None] = []
+        for item in await self.get_each(campaigns):
+            if isinstance(item, StoreError):
+                raise item
+            found.append(item)
+        return found
+
+    async def get_each(self, campaigns: Sequence[str]) -> list[Stored | StoreError | None]:
+        """One pipeline per node, the nodes in parallel, each under its own deadline: a stalled node fails the
+        campaigns it holds, not the others (one cluster pipeline would fail them all)."""
         keys = [self.key(c) for c in campaigns]
         if not keys:
             return []
+        try:
+            groups = await self._call("get_many", lambda: self._by_node(keys))
+        except StoreUnavailable as exc:
+            return [exc] * len(keys)
 
-        async def fetch() -> list[Any]:
-            async with self._client.pipeline() as pipe:  # ClusterPipeline: grouped per node, nodes in parallel
-                for key in keys:
-                    pipe.hmget(key, *_FIELDS)
-                return await pipe.execute()
+        async def read(group: list[int]) -> list[Any]:
+            async def fetch() -> list[Any]:
+                async with self._client.pipeline() as pipe:  # ClusterPipeline, here of one node's keys
+                    for i in group:
+                        pipe.hmget(keys[i], *_FIELDS)
+                    return await pipe.execute()
 
-        return [_decode(fields) for fields in await self._call("get_many", fetch)]
+            return await self._call("get_many", fetch)
+
+        answers = await asyncio.gather(*(read(group) for group in groups), return_exceptions=True)
+        out: list[Stored | StoreError | None] = [None] * len(keys)
+        for group, answer in zip(groups, answers, strict=True):
+            if isinstance(answer, StoreError):
+                for i in group:
+                    out[i] = answer
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                for i, fields in zip(group, answer, strict=True):
+                    out[i] = _decode(fields)
+        return out
+
+    async def _by_node(self, keys: Sequence[str]) -> list[list[int]]:
+        """Indices of ``keys`` grouped by the primary the client's slot map puts them on (discovered first)."""
+        groups: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(self._client.get_node_from_key(key).name, []).append(i)
+        return list(groups.values())

@@ -72,6 +72,9 @@ class MemoryStore:
     async def get_many(self, campaigns: Sequence[str]) -> list[Stored | None]:
         return [self._live(check_campaign(c)) for c in campaigns]
 
+    async def get_each(self, campaigns: Sequence[str]) -> list[Stored | StoreError | None]:
+        return list(await self.get_many(campaigns))  # nothing to fail
+
     async def register(self, campaign: str, episode: str, blob: bytes) -> tuple[Stored, bool]:
         check_campaign(campaign)
         check_write(episode, blob)

@@ -84,6 +84,19 @@ def _decode(fields: Sequence[Any]) -> Stored | None:
     return Stored(episode.decode("utf-8"), int(slot), bytes(blob) if blob is not None else b"")
 
 
+_REDIS_PY = os.path.dirname(redis_errors.__file__)
+
+
+def _raised_in_redis_py(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside the redis package (its traceback's innermost frame is there)."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.dirname(tb.tb_frame.f_code.co_filename).startswith(_REDIS_PY)
+
+
 def describe_url(url: str) -> str:
     """``scheme://host:port/db`` without credentials, for messages and logs."""
     parts = urlsplit(url)
@@ -176,6 +189,10 @@ class RedisStore:
     async def _ensure_ready(self) -> None:
         """Called before every command, inside its deadline. A single-server client needs nothing."""
 
+    async def _run_script(self, script: Any, key: str, args: Sequence[Any]) -> Any:
+        """``script`` on ``key`` (EVALSHA; redis-py loads it first where the server lacks it)."""
+        return await script(keys=[key], args=args)
+
     # -- plumbing -----------------------------------------------------------------------------------------------
 
     def key(self, campaign: str) -> str:
@@ -194,6 +211,12 @@ class RedisStore:
             raise StoreUnavailable(f"{self.where}: no answer to {what} within {self.deadline_s:.2f}s") from e
         except _REDIS_FAILURES as e:
             raise StoreUnavailable(f"{self.where}: {what} failed: {type(e).__name__}: {e}") from e
+        except AttributeError as e:
+            if not _raised_in_redis_py(e):
+                raise
+            # redis-py 8.1's cluster client can use a connection another task is tearing down after a node timed
+            # out ('NoneType' object has no attribute 'writelines'): a lost connection, not a bug of ours.
+            raise StoreUnavailable(f"{self.where}: {what} failed: connection lost in the client ({e})") from e
 
     # -- EpisodeStore -------------------------------------------------------------------------------------------
 
@@ -214,11 +237,17 @@ class RedisStore:
 
         return [_decode(fields) for fields in await self._call("get_many", fetch)]
 
+    async def get_each(self, campaigns: Sequence[str]) -> list[Stored | StoreError | None]:
+        try:
+            return list(await self.get_many(campaigns))
+        except StoreUnavailable as exc:  # one server: one pipeline, one failure for all
+            return [exc] * len(campaigns)
+
     async def register(self, campaign: str, episode: str, blob: bytes) -> tuple[Stored, bool]:
         key = self.key(campaign)
         check_write(episode, blob)
         args = [episode, bytes(blob), self.state_ttl_ms, self.channel, campaign, _write_token()]
-        reply = await self._call("register", lambda: self._register(keys=[key], args=args))
+        reply = await self._call("register", lambda: self._run_script(self._register, key, args))
         if int(reply[0]) == 1:
             return Stored(episode, 0, bytes(blob)), True
         stored = _decode(reply[1:])
@@ -234,7 +263,7 @@ class RedisStore:
             *(episode, expected_slot, bytes(blob), self.state_ttl_ms, self.channel, campaign),
             *(_fingerprint(expected), _write_token()),
         ]
-        reply = await self._call("compare_and_set", lambda: self._compare_and_set(keys=[key], args=args))
+        reply = await self._call("compare_and_set", lambda: self._run_script(self._compare_and_set, key, args))
         status = int(reply[0])
         if status == 1:
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -73,6 +74,9 @@ def test_a_killed_redis_is_503_then_recovers(models, redis_server):
                 bids.append(c.post("/v1/bid", json={"campaign_id": "c1", "utilities": [1.0]}))
             assert all(b.status_code == 200 for b in bids) and bids[-1].json()["stale"] is True
             assert c.put("/v1/campaigns/c2", json={"episode": "e", "roi_target": 1.0}).status_code == 503
+            # no read of the batch answered: the store is down, the whole batch one 503 (not an item each)
+            batch = c.post("/v1/slot-update/batch", json={"updates": [update(slot=0)]})
+            assert batch.status_code == 503 and batch.json()["error"] == "store_unavailable"
         finally:
             redis_server.restart()
         # Persistence is off in the fixture: the restarted server is empty, so the campaign registers again.
@@ -174,3 +178,50 @@ def test_an_update_racing_a_registration_again_never_writes_the_old_constraints(
         assert answer.status_code == 200, answer.text
         state = c.get("/v1/campaigns/c1").json()
         assert state["slot"] == 1 and state["roi_target"] == 2.5 and state["budget"] == 100.0
+
+
+@pytest.mark.cluster
+def test_a_paused_cluster_node_fails_only_its_campaigns_in_a_slot_batch(models, redis_cluster):
+    """One primary of three stalled (under the cluster's node timeout, so Redis itself does not fail the cluster):
+    the batch answers 200 with 503 items for that node's campaigns and applies every other one; resent after, the
+    failed ones apply once."""
+    from .redis_servers import raw_client
+
+    key_prefix = prefix()
+    campaigns = [f"c{i}" for i in range(24)]
+    with serving(models.cbrl_model, store=redis_cluster.url, key_prefix=key_prefix) as c:
+        for campaign in campaigns:
+            assert register(c, campaign).status_code == 201
+        store = c.app.state.store
+
+        async def node_ports() -> list[int]:
+            client = raw_client(redis_cluster.url)
+            try:
+                await client.initialize()
+                return [client.get_node_from_key(store.key(campaign)).port for campaign in campaigns]
+            finally:
+                await client.aclose()
+
+        ports = asyncio.run(node_ports())
+        node = next(s for s in redis_cluster.servers if s.port == ports[0])
+        on_node = {campaign for campaign, port in zip(campaigns, ports, strict=True) if port == node.port}
+        assert 0 < len(on_node) < len(campaigns)
+        batch = {"updates": [update(campaign, slot=0) for campaign in campaigns]}
+        node.pause()
+        try:
+            started = time.monotonic()
+            answer = c.post("/v1/slot-update/batch", json=batch)
+            elapsed = time.monotonic() - started
+        finally:
+            node.resume()
+        assert answer.status_code == 200, answer.text
+        statuses = {item["campaign_id"]: item["status"] for item in answer.json()["results"]}
+        assert {k for k, v in statuses.items() if v == 503} == on_node, statuses
+        assert all(v == 200 for k, v in statuses.items() if k not in on_node)
+        assert all(item["error"] == "store_unavailable" for item in answer.json()["results"] if item["status"] == 503)
+        assert elapsed < 2.0, elapsed
+        redis_cluster.wait_ok()
+        again = c.post("/v1/slot-update/batch", json=batch).json()["results"]
+        assert all(item["status"] == 200 for item in again), again
+        assert {item["campaign_id"] for item in again if not item["answer"]["replayed"]} == on_node
+        assert all(c.get(f"/v1/campaigns/{campaign}").json()["slot"] == 1 for campaign in campaigns)

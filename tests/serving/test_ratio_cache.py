@@ -10,7 +10,7 @@ import pytest
 from model.state import CampaignState
 from service.metrics import Metrics
 from service.ratio_cache import RatioCache
-from service.store import MemoryStore, Stored, StoreUnavailable
+from service.store import MemoryStore, Stored, StoreError, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -241,3 +241,36 @@ def test_a_full_cache_lets_go_of_the_campaign_put_longest_ago() -> None:
     cache.put("hot", state_at(2, 2.5))  # read again (or written) since
     cache.put("new", state_at(1, 1.5))
     assert cache.peek("cold") is None and cache.peek("hot") is not None and cache.peek("new") is not None
+
+
+class NodeDownStore(MemoryStore):
+    """As a Redis Cluster with one node stalled: reads of ``down`` campaigns fail; ``get_many`` fails as a whole."""
+
+    def __init__(self, down: set[str]) -> None:
+        super().__init__()
+        self.down = down
+
+    async def get_many(self, campaigns: Sequence[str]) -> list[Stored | None]:
+        if self.down & set(campaigns):
+            raise StoreUnavailable("a node is down (test)")
+        return await super().get_many(campaigns)
+
+    async def get_each(self, campaigns: Sequence[str]) -> list[Stored | StoreError | None]:
+        found = await super().get_many(campaigns)
+        down = StoreUnavailable("a node is down (test)")
+        return [down if c in self.down else f for c, f in zip(campaigns, found, strict=True)]
+
+
+async def test_bids_read_together_fail_only_for_the_campaigns_whose_reads_failed() -> None:
+    """Bids of one loop pass share one store read: a campaign on a node that is down fails its own bid, not the
+    bids of campaigns the read found (before, the shared read's failure was every bid's)."""
+    store, cache = NodeDownStore({"c2"}), RatioCache(ttl_s=60.0, metrics=Metrics())
+    await store.register("c1", DAY, state_at(1, 1.5).to_bytes())
+    await store.register("c2", DAY, state_at(1, 2.5).to_bytes())
+    healthy = asyncio.create_task(cache.get_many(["c1"], store))
+    on_the_down_node = asyncio.create_task(cache.get_many(["c2"], store))
+    entries, stale = await healthy
+    assert entries[0] is not None and (entries[0].slot, entries[0].ratio) == (1, 1.5) and not stale
+    with pytest.raises(StoreUnavailable):
+        await on_the_down_node
+    assert cache.peek("c2") is None

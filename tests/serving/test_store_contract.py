@@ -153,6 +153,8 @@ async def test_get_many_with_missing_keys(store: EpisodeStore, store_url: str) -
     expected[1] = Stored(DAY, 1, b"advanced")
     assert got[1:-1] == expected
     assert await store.get_many([]) == []
+    assert await store.get_each(["missing-first", *campaigns, "missing-last"]) == got  # nothing failed: the same
+    assert await store.get_each([]) == []
     if isinstance(store, RedisClusterStore):  # the keys really are spread over the nodes
         client = raw_client(store_url)
         try:
@@ -420,6 +422,64 @@ async def test_cluster_paused_node_fails_fast(redis_cluster: RedisClusterProcs) 
         await client.aclose()
         await store.aclose()
         await delete_prefix(redis_cluster.url, "paused")
+
+
+@pytest.mark.cluster
+async def test_cluster_reads_fail_only_the_paused_nodes_campaigns(redis_cluster: RedisClusterProcs) -> None:
+    """get_each: a paused primary fails its own campaigns' reads (as values), the other nodes' answer; get_many,
+    which has no per-item answer, raises."""
+    store = await open_store(redis_cluster.url, prefix="partial", timeout_s=0.25)
+    client = raw_client(redis_cluster.url)
+    try:
+        campaigns = [f"c{i}" for i in range(30)]
+        for campaign in campaigns:
+            await store.register(campaign, DAY, campaign.encode())
+        await client.initialize()
+        ports = [client.get_node_from_key(store.key(c)).port for c in campaigns]
+        node = next(s for s in redis_cluster.servers if s.port == ports[0])
+        node.pause()  # well under cluster-node-timeout (2 s): the cluster does not fail the node over
+        try:
+            started = time.monotonic()
+            got = await store.get_each(campaigns)
+            took = time.monotonic() - started
+            with pytest.raises(StoreUnavailable):
+                await store.get_many(campaigns)
+        finally:
+            node.resume()
+        assert took < 1.5
+        for campaign, port, item in zip(campaigns, ports, got, strict=True):
+            if port == node.port:
+                assert isinstance(item, StoreUnavailable), (campaign, item)
+            else:
+                assert item == Stored(DAY, 0, campaign.encode()), (campaign, item)
+        assert 0 < sum(port == node.port for port in ports) < len(campaigns)
+        redis_cluster.wait_ok()
+        assert await store.get_each(campaigns) == [Stored(DAY, 0, c.encode()) for c in campaigns]
+    finally:
+        await client.aclose()
+        await store.aclose()
+        await delete_prefix(redis_cluster.url, "partial")
+
+
+async def test_a_client_failure_inside_redis_py_is_a_store_outage_and_ours_is_not() -> None:
+    """redis-py 8.1's cluster client can write on a connection another task tore down (an AttributeError raised in
+    redis-py, seen with a paused primary): that is StoreUnavailable (503), while an AttributeError of our own
+    code still raises as the bug it is."""
+    from redis.asyncio.connection import Connection
+
+    store = await open_store(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.1)
+    try:
+        torn_down = Connection()  # never connected: no writer, as after a disconnect
+        with pytest.raises(StoreUnavailable, match="connection lost in the client"):
+            await store._call("get", lambda: torn_down._send_packed_command([b"PING"]))
+
+        async def ours() -> None:
+            raise AttributeError("a bug of ours")
+
+        with pytest.raises(AttributeError, match="a bug of ours"):
+            await store._call("get", ours)
+    finally:
+        await store.aclose()
 
 
 @pytest.mark.cluster
