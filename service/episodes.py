@@ -22,7 +22,7 @@ from service.metrics import Metrics
 from service.ratio_cache import RatioCache
 from service.runner import Decided, ModelRunner
 from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
-from service.store import EpisodeStore, Stored, StoreError, UnknownCampaign
+from service.store import EpisodeStore, StoreBusy, Stored, StoreError, UnknownCampaign
 
 log = logging.getLogger("rcb.service")
 
@@ -274,9 +274,10 @@ class Episodes:
             read_now = await self.store.get_each([updates[i].campaign_id for i in unique[start:stop]])
             if read_now and all(isinstance(item, StoreError) for item in read_now):
                 # no read of a chunk answered: the store is down, not one node; the request is one 503
-                self.metrics.store_failed(slot_updates=max(len(unique) - 1, 0))  # the 503 handler counts one
                 down = read_now[0]
                 assert isinstance(down, StoreError)
+                busy = isinstance(down, StoreBusy)
+                self.metrics.store_failed(slot_updates=max(len(unique) - 1, 0), busy=busy)  # the handler counts one
                 raise down
             stored += read_now
         pending: list[tuple[int, CampaignState]] = []
@@ -334,7 +335,7 @@ class Episodes:
             return
         if isinstance(item, StoreError):  # its node did not answer (a Redis Cluster with a node down): 503 alone
             results[i] = self._error_item(u, store_unavailable(item))
-            self.metrics.store_failed(slot_updates=1)
+            self.metrics.store_failed(slot_updates=1, busy=isinstance(item, StoreBusy))
             return
         try:
             state = self._decoded(u.campaign_id, item)
@@ -388,7 +389,8 @@ class Episodes:
                         results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
                     elif isinstance(current, StoreError):
                         results[i] = self._error_item(u, store_unavailable(current))
-                        self.metrics.store_failed(slot_updates=1)  # a 503 item inside a 200 batch
+                        # a 503 item inside a 200 batch
+                        self.metrics.store_failed(slot_updates=1, busy=isinstance(current, StoreBusy))
                     else:
                         results[i] = self._written(u, new, current)
                 self._count(

@@ -65,6 +65,11 @@ class Metrics:
         self.store_up = Gauge(
             "rcb_store_up", "1 when the store answered its last command or ping, 0 after a failure", registry=r
         )
+        self.store_busy = Counter(
+            "rcb_store_busy_total",
+            "Store commands refused before they were sent: every connection of this process busy (overload)",
+            registry=r,
+        )
 
     def campaign_label(self, campaign: str) -> str:
         """``campaign`` while it has (or may still get) a series of its own, else :data:`OTHER_CAMPAIGNS`."""
@@ -75,10 +80,15 @@ class Metrics:
             return campaign
         return OTHER_CAMPAIGNS
 
-    def store_failed(self, slot_updates: int = 0) -> None:
+    def store_failed(self, slot_updates: int = 0, busy: bool = False) -> None:
         """The store could not take a command: ``rcb_store_up`` says so now (not after the next /readyz ping), and
-        ``slot_updates`` updates it refused count as ``unavailable``."""
-        self.store_up.set(0)
+        ``slot_updates`` updates it refused count as ``unavailable``. ``busy``: the command never left this process
+        (every connection busy: :class:`~service.store.StoreBusy`), which says nothing of the store's health: it
+        counts in ``rcb_store_busy_total`` and leaves ``rcb_store_up`` as it was."""
+        if busy:
+            self.store_busy.inc()
+        else:
+            self.store_up.set(0)
         if slot_updates:
             self.slot_updates.labels(result="unavailable").inc(slot_updates)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from model.state import CampaignState, StateError
 from service.metrics import Metrics
-from service.store import EpisodeStore, Stored, StoreError, StoreUnavailable
+from service.store import EpisodeStore, StoreBusy, Stored, StoreError, StoreUnavailable
 
 
 @dataclass(frozen=True)
@@ -180,8 +180,8 @@ class RatioCache:
             with self.reading(names) as read_from:
                 try:
                     stored = await self._read(names, store)
-                except StoreUnavailable:
-                    self.metrics.store_failed()
+                except StoreUnavailable as exc:
+                    self.metrics.store_failed(busy=isinstance(exc, StoreBusy))
                     retry_after = time.monotonic()
                     kept = 0
                     for name in names:
@@ -293,8 +293,9 @@ class RatioCache:
         with self.reading(names) as read_from:
             try:
                 stored = await self._read(names, store)
-            except StoreUnavailable:
-                self.metrics.store_failed()  # a bid saw the outage: the gauge says so (served stale or refused)
+            except StoreUnavailable as exc:
+                # a bid saw the outage: the gauge says so (served stale or refused)
+                self.metrics.store_failed(busy=isinstance(exc, StoreBusy))
                 current = [self._entries.get(name) for name in names]
                 if any(e is None for e in current):
                     raise

@@ -42,6 +42,11 @@ class StoreUnavailable(StoreError):
     """
 
 
+class StoreBusy(StoreUnavailable):
+    """Every connection this process may open to the store stayed busy past ``pool_timeout_s``: the process is
+    overloaded, the store is not known to be down (``rcb_store_up`` stays as it was). Nothing was sent."""
+
+
 class UnknownCampaign(StoreError, KeyError):
     """``compare_and_set`` on a campaign that has no state (never registered, deleted, or expired by TTL).
 

@@ -32,6 +32,7 @@ from redis.backoff import NoBackoff
 from service.store.base import (
     DEFAULT_STATE_TTL_S,
     CasItem,
+    StoreBusy,
     Stored,
     StoreError,
     StoreUnavailable,
@@ -82,6 +83,16 @@ def _decode(fields: Sequence[Any]) -> Stored | None:
     if episode is None:
         return None
     return Stored(episode.decode("utf-8"), int(slot), bytes(blob) if blob is not None else b"")
+
+
+def _pool_wait_timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is redis-py's BlockingConnectionPool giving up its wait for a free connection (a
+    ConnectionError raised from the wait's timeout; nothing was sent)."""
+    return (
+        isinstance(error, redis_errors.ConnectionError)
+        and isinstance(error.__cause__, TimeoutError)
+        and str(error) == "No connection available."
+    )
 
 
 _REDIS_PY = os.path.dirname(redis_errors.__file__)
@@ -200,16 +211,25 @@ class RedisStore:
 
     async def _call(self, what: str, command: Callable[[], Awaitable[T]]) -> T:
         """Run ``command`` under the deadline; turn every redis/socket failure into StoreUnavailable."""
+        waiting_for_a_turn = False
         try:
             async with asyncio.timeout(self.deadline_s):
                 await self._ensure_ready()
                 if self._limiter is None:
                     return await command()
+                waiting_for_a_turn = True
                 async with self._limiter:
+                    waiting_for_a_turn = False
                     return await command()
         except TimeoutError as e:  # the overall deadline (asyncio.timeout raises the builtin TimeoutError)
+            if waiting_for_a_turn:
+                raise StoreBusy(f"{self.where}: {what} found every connection busy for {self.deadline_s:.2f}s") from e
             raise StoreUnavailable(f"{self.where}: no answer to {what} within {self.deadline_s:.2f}s") from e
         except _REDIS_FAILURES as e:
+            if _pool_wait_timed_out(e):
+                raise StoreBusy(
+                    f"{self.where}: {what} found every connection busy for {self.pool_timeout_s:.2f}s"
+                ) from e
             raise StoreUnavailable(f"{self.where}: {what} failed: {type(e).__name__}: {e}") from e
         except AttributeError as e:
             if not _raised_in_redis_py(e):

@@ -156,6 +156,26 @@ def test_store_outages_inside_a_batch_are_counted_and_the_gauge_follows_the_writ
         assert metric(c.get("/metrics").text, "rcb_store_up") == 1
 
 
+def test_a_busy_store_answers_503_without_calling_the_store_down(models, monkeypatch):
+    """StoreBusy (every connection of this process busy: overload) answers 503 like an outage but counts in
+    rcb_store_busy_total and leaves rcb_store_up at 1: the store answered everything it was sent."""
+    from service.store import StoreBusy
+
+    with serving(models.cbrl_model) as c:
+        register(c, "c1")
+        store = c.app.state.store
+
+        async def busy(*args, **kwargs):
+            raise StoreBusy("memory: every connection busy (a stand-in)")
+
+        monkeypatch.setattr(store, "get", busy)
+        answer = c.post("/v1/slot-update", json=update("c1", slot=0))
+        assert answer.status_code == 503 and answer.json()["error"] == "store_unavailable"
+        text = c.get("/metrics").text
+        assert metric(text, "rcb_store_up") == 1 and metric(text, "rcb_store_busy_total") == 1
+        assert 'rcb_slot_updates_total{result="unavailable"} 1.0' in text
+
+
 def test_an_update_racing_a_registration_again_never_writes_the_old_constraints(models, monkeypatch):
     """A -> B -> A between a slot update's read and its write: the update is applied to the registration that
     stands (L 2.5, budget 100, as answered 201), never written from the one it read (L 1, no budget)."""

@@ -15,6 +15,7 @@ from service.store import (
     MemoryStore,
     RedisClusterStore,
     RedisStore,
+    StoreBusy,
     Stored,
     StoreError,
     StoreUnavailable,
@@ -459,6 +460,25 @@ async def test_cluster_reads_fail_only_the_paused_nodes_campaigns(redis_cluster:
         await client.aclose()
         await store.aclose()
         await delete_prefix(redis_cluster.url, "partial")
+
+
+@pytest.mark.redis
+async def test_every_connection_busy_is_store_busy_not_an_outage(redis_server: RedisServer) -> None:
+    """A command that waited pool_timeout_s for one of pool_size connections raises StoreBusy (a StoreUnavailable:
+    still 503), so the service can tell its own overload from a store that is down."""
+    store = await open_store(redis_server.url, prefix="busy", pool_size=1, pool_timeout_s=0.05, timeout_s=1.0)
+    assert isinstance(store, RedisStore)
+    try:
+        assert await store.get("c1") is None  # the one connection, open
+        holding = asyncio.create_task(store._client.blpop(["busy:nothing"], timeout=0.5))  # holds it for 0.5 s
+        await asyncio.sleep(0.05)
+        with pytest.raises(StoreBusy, match="every connection busy"):
+            await store.get("c1")
+        assert await holding is None
+        assert await store.get("c1") is None  # free again
+    finally:
+        await store.aclose()
+        await delete_prefix(redis_server.url, "busy")
 
 
 async def test_a_client_failure_inside_redis_py_is_a_store_outage_and_ours_is_not() -> None:
