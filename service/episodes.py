@@ -271,15 +271,17 @@ class Episodes:
                 unique.append(i)
         stored: list[Stored | StoreError | None] = []
         for start, stop in self._spans(len(unique)):  # read in chunks too: one big pipeline is one long stall
-            read_now = await self.store.get_each([updates[i].campaign_id for i in unique[start:stop]])
-            if read_now and all(isinstance(item, StoreError) for item in read_now):
-                # no read of a chunk answered: the store is down, not one node; the request is one 503
-                down = read_now[0]
+            stored += await self.store.get_each([updates[i].campaign_id for i in unique[start:stop]])
+            if all(isinstance(item, StoreError) for item in stored):
+                # no read of the batch answered so far: the store is down (not one node of a cluster, which fails
+                # its own campaigns only); the request is one 503, without waiting on the chunks left
+                down = stored[0]
                 assert isinstance(down, StoreError)
-                busy = isinstance(down, StoreBusy)
-                self.metrics.store_failed(slot_updates=max(len(unique) - 1, 0), busy=busy)  # the handler counts one
+                # the 503 handler counts the request's first update (store_failed); these count the others
+                self.metrics.slot_updates.labels(result="unavailable").inc(len(unique) - 1)
+                if isinstance(down, StoreBusy):
+                    self.metrics.store_busy.inc(len(unique) - 1)
                 raise down
-            stored += read_now
         pending: list[tuple[int, CampaignState]] = []
         for start, stop in self._spans(len(unique)):
             async with self._lane:

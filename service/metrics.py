@@ -67,7 +67,7 @@ class Metrics:
         )
         self.store_busy = Counter(
             "rcb_store_busy_total",
-            "Store commands refused before they were sent: every connection of this process busy (overload)",
+            "Slot updates and bid reads the store never saw (one each): every connection of this process busy",
             registry=r,
         )
 

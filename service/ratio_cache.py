@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import cast
 
 from model.state import CampaignState, StateError
 from service.metrics import Metrics
@@ -178,24 +179,30 @@ class RatioCache:
     async def _refresh(self, names: list[str], store: EpisodeStore) -> None:
         try:
             with self.reading(names) as read_from:
-                try:
-                    stored = await self._read(names, store)
-                except StoreUnavailable as exc:
-                    self.metrics.store_failed(busy=isinstance(exc, StoreBusy))
-                    retry_after = time.monotonic()
-                    kept = 0
-                    for name in names:
+                read = await self._read_each(names, store)
+                self._store_answered(read)
+                retry_after = time.monotonic()
+                kept = 0
+                for name, item in zip(names, read, strict=True):
+                    if isinstance(item, StoreError):
                         entry = self._entries.get(name)
                         # marked changed meanwhile (a notification): the next bid reads it, not ours to keep
                         if entry is not None and entry.fetched > float("-inf"):
                             kept += self._kept_stale(name, entry, read_from, retry_after).stale
-                    self.metrics.cache.labels(outcome="stale").inc(kept)
-                    return
-                self.metrics.store_up.set(1)
-                for name, item in zip(names, stored, strict=True):
-                    self.settle(name, read_from, None if item is None else readable(item.blob))
+                    else:
+                        self.settle(name, read_from, None if item is None else readable(item.blob))
+                self.metrics.cache.labels(outcome="stale").inc(kept)
         finally:
             self._refreshing.difference_update(names)
+
+    def _store_answered(self, read: Sequence[Stored | StoreError | None]) -> None:
+        """``rcb_store_up`` after a read: 0 if any campaign's read failed (a Redis Cluster node down fails its own
+        campaigns only: the store is not whole), else 1."""
+        failed = next((item for item in read if isinstance(item, StoreError)), None)
+        if failed is not None:
+            self.metrics.store_failed(busy=isinstance(failed, StoreBusy))
+        else:
+            self.metrics.store_up.set(1)
 
     def _kept_stale(self, name: str, entry: CachedRatio, read_from: int, retry_after: float) -> CachedRatio:
         """After a store read that started at change count ``read_from`` failed: ``entry`` as it stands if it was
@@ -208,10 +215,11 @@ class RatioCache:
     def peek(self, campaign: str) -> CachedRatio | None:
         return self._entries.get(campaign)
 
-    async def _read(self, names: list[str], store: EpisodeStore) -> list[Stored | None]:
-        """``store.get_many(names)``, coalesced with the other misses of this event-loop pass."""
+    async def _read_each(self, names: list[str], store: EpisodeStore) -> list[Stored | StoreError | None]:
+        """``store.get_each(names)`` (per campaign: its state, None, or the error its read raised), coalesced with
+        the other misses of this event-loop pass."""
         if self._waiting and store is not self._waiting_store:
-            return await store.get_many(names)
+            return await store.get_each(names)
         loop = asyncio.get_running_loop()
         futures = []
         for name in names:
@@ -223,9 +231,11 @@ class RatioCache:
             self._waiting_store = store
             loop.call_soon(self._start_read)
         # shield: a cancelled bid must not cancel the read that other bids wait for
-        if len(futures) == 1:
-            return [await asyncio.shield(futures[0])]
-        return list(await asyncio.gather(*(asyncio.shield(f) for f in futures)))
+        answers = await asyncio.gather(*(asyncio.shield(f) for f in futures), return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, StoreError):
+                raise answer
+        return cast(list[Stored | StoreError | None], answers)
 
     def _start_read(self) -> None:
         batch, store = self._waiting, self._waiting_store
@@ -291,23 +301,21 @@ class RatioCache:
             return out, served_stale
         names = [campaigns[k] for k in missing]
         with self.reading(names) as read_from:
-            try:
-                stored = await self._read(names, store)
-            except StoreUnavailable as exc:
-                # a bid saw the outage: the gauge says so (served stale or refused)
-                self.metrics.store_failed(busy=isinstance(exc, StoreBusy))
-                current = [self._entries.get(name) for name in names]
-                if any(e is None for e in current):
-                    raise
-                self.metrics.cache.labels(outcome="stale").inc(len(missing))
-                retry_after = time.monotonic()
-                for k, name, entry in zip(missing, names, current, strict=True):
-                    assert entry is not None
+            read = await self._read_each(names, store)
+            self._store_answered(read)  # a bid saw an outage: the gauge says so (served stale or refused)
+            for name, item in zip(names, read, strict=True):
+                if isinstance(item, StoreError) and self._entries.get(name) is None:
+                    raise item  # never seen by this process: nothing to bid from
+            retry_after = time.monotonic()
+            stale = 0
+            for k, name, item in zip(missing, names, read, strict=True):
+                if isinstance(item, StoreError):
+                    entry = self._entries[name]
                     kept = out[k] = self._kept_stale(name, entry, read_from, retry_after)
                     served_stale = served_stale or kept.stale
-                return out, served_stale
-            self.metrics.cache.labels(outcome="miss").inc(len(missing))
-            self.metrics.store_up.set(1)  # the store answered
-            for k, name, item in zip(missing, names, stored, strict=True):
-                out[k] = self.settle(name, read_from, None if item is None else readable(item.blob))
+                    stale += 1
+                else:
+                    out[k] = self.settle(name, read_from, None if item is None else readable(item.blob))
+            self.metrics.cache.labels(outcome="stale").inc(stale)
+            self.metrics.cache.labels(outcome="miss").inc(len(missing) - stale)
         return out, served_stale

@@ -59,9 +59,9 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], str | None, str 
 class RedisClusterStore(RedisStore):
     """:class:`~service.store.base.EpisodeStore` on a Redis Cluster (``redis+cluster://`` URL).
 
-    Same parameters as :class:`RedisStore`; ``pool_size`` bounds the commands in flight across the cluster (the
-    cluster client raises instead of waiting when a node's pool is full, so a semaphore waits in front of it, up to
-    the command's deadline).
+    Same parameters as :class:`RedisStore`; ``pool_size`` bounds the commands in flight to each primary, as the
+    cluster client's pools are per node (it raises instead of waiting when one is full, so a semaphore per node waits
+    in front of it, up to the command's deadline: :meth:`_limiter_for`).
     """
 
     def _make_client(self) -> Any:
@@ -69,7 +69,7 @@ class RedisClusterStore(RedisStore):
         self.nodes = nodes
         self._username, self._password = username, password
         self.where = f"{SCHEME}://" + ",".join(f"{h}:{p}" for h, p in nodes)
-        self._limiter = asyncio.Semaphore(self.pool_size)
+        self._limiters: dict[str, asyncio.Semaphore] = {}
         self._ready = False
         self._ready_lock = asyncio.Lock()
         return RedisCluster(
@@ -95,6 +95,19 @@ class RedisClusterStore(RedisStore):
             if not self._ready:
                 await self._client.initialize()
                 self._ready = True
+
+    def _limiter_for(self, key: str | None, node: str | None) -> asyncio.Semaphore | None:
+        """``pool_size`` commands in flight per primary, as the client's pools are: a stalled node's commands, each
+        holding its turn up to the deadline, never queue the other nodes' (one limit for all did). Commands of no one
+        key (ping, scan, publish, the slot map's lookup) go unlimited: few, and a full pool fails them at once."""
+        if node is None:
+            if key is None:
+                return None
+            node = self._client.get_node_from_key(key).name
+        limiter = self._limiters.get(node)
+        if limiter is None:
+            limiter = self._limiters[node] = asyncio.Semaphore(self.pool_size)
+        return limiter
 
     async def _run_script(self, script: Any, key: str, args: Sequence[Any]) -> Any:
         """EVALSHA on the key's node, else EVAL there: redis-py's own fallback loads the script on every primary
@@ -146,18 +159,18 @@ class RedisClusterStore(RedisStore):
         except StoreUnavailable as exc:
             return [exc] * len(keys)
 
-        async def read(group: list[int]) -> list[Any]:
+        async def read(node: str, group: list[int]) -> list[Any]:
             async def fetch() -> list[Any]:
                 async with self._client.pipeline() as pipe:  # ClusterPipeline, here of one node's keys
                     for i in group:
                         pipe.hmget(keys[i], *_FIELDS)
                     return await pipe.execute()
 
-            return await self._call("get_many", fetch)
+            return await self._call("get_many", fetch, node=node)
 
-        answers = await asyncio.gather(*(read(group) for group in groups), return_exceptions=True)
+        answers = await asyncio.gather(*(read(node, group) for node, group in groups), return_exceptions=True)
         out: list[Stored | StoreError | None] = [None] * len(keys)
-        for group, answer in zip(groups, answers, strict=True):
+        for (_, group), answer in zip(groups, answers, strict=True):
             if isinstance(answer, StoreError):
                 for i in group:
                     out[i] = answer
@@ -168,9 +181,9 @@ class RedisClusterStore(RedisStore):
                     out[i] = _decode(fields)
         return out
 
-    async def _by_node(self, keys: Sequence[str]) -> list[list[int]]:
-        """Indices of ``keys`` grouped by the primary the client's slot map puts them on (discovered first)."""
+    async def _by_node(self, keys: Sequence[str]) -> list[tuple[str, list[int]]]:
+        """``(node name, indices of keys)`` by the primary the client's slot map puts each key on."""
         groups: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
             groups.setdefault(self._client.get_node_from_key(key).name, []).append(i)
-        return list(groups.values())
+        return list(groups.items())

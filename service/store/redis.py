@@ -105,7 +105,8 @@ def _raised_in_redis_py(error: BaseException) -> bool:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return os.path.dirname(tb.tb_frame.f_code.co_filename).startswith(_REDIS_PY)
+    where = os.path.dirname(tb.tb_frame.f_code.co_filename)
+    return where == _REDIS_PY or where.startswith(_REDIS_PY + os.sep)  # not a sibling package such as redis_om
 
 
 def describe_url(url: str) -> str:
@@ -161,8 +162,6 @@ class RedisStore:
         self.connect_timeout_s = max(timeout_s, 1.0)
         self.deadline_s = pool_timeout_s + 3 * timeout_s
         self.where = describe_url(url)
-        # Bounds the commands in flight where the client cannot (RedisClusterStore); None: the pool does it.
-        self._limiter: asyncio.Semaphore | None = None
         self._client = self._make_client()
         self._register = self._client.register_script(lua_source("register.lua"))
         self._compare_and_set = self._client.register_script(lua_source("compare_and_set.lua"))
@@ -200,6 +199,11 @@ class RedisStore:
     async def _ensure_ready(self) -> None:
         """Called before every command, inside its deadline. A single-server client needs nothing."""
 
+    def _limiter_for(self, key: str | None, node: str | None) -> asyncio.Semaphore | None:
+        """What bounds the commands in flight to where ``key`` (or the node named ``node``) lives, where the client
+        cannot wait for a connection itself (RedisClusterStore); None: nothing here (the pool waits)."""
+        return None
+
     async def _run_script(self, script: Any, key: str, args: Sequence[Any]) -> Any:
         """``script`` on ``key`` (EVALSHA; redis-py loads it first where the server lacks it)."""
         return await script(keys=[key], args=args)
@@ -209,16 +213,20 @@ class RedisStore:
     def key(self, campaign: str) -> str:
         return f"{self.prefix}:{{{check_campaign(campaign)}}}"
 
-    async def _call(self, what: str, command: Callable[[], Awaitable[T]]) -> T:
-        """Run ``command`` under the deadline; turn every redis/socket failure into StoreUnavailable."""
+    async def _call(
+        self, what: str, command: Callable[[], Awaitable[T]], key: str | None = None, node: str | None = None
+    ) -> T:
+        """Run ``command`` (on ``key``, or on the node named ``node``, where it has one) under the deadline; turn every
+        redis/socket failure into StoreUnavailable, a wait for a free connection past it into StoreBusy."""
         waiting_for_a_turn = False
         try:
             async with asyncio.timeout(self.deadline_s):
                 await self._ensure_ready()
-                if self._limiter is None:
+                limiter = self._limiter_for(key, node)
+                if limiter is None:
                     return await command()
                 waiting_for_a_turn = True
-                async with self._limiter:
+                async with limiter:
                     waiting_for_a_turn = False
                     return await command()
         except TimeoutError as e:  # the overall deadline (asyncio.timeout raises the builtin TimeoutError)
@@ -242,7 +250,7 @@ class RedisStore:
 
     async def get(self, campaign: str) -> Stored | None:
         key = self.key(campaign)
-        return _decode(await self._call("get", lambda: self._client.hmget(key, *_FIELDS)))
+        return _decode(await self._call("get", lambda: self._client.hmget(key, *_FIELDS), key))
 
     async def get_many(self, campaigns: Sequence[str]) -> list[Stored | None]:
         keys = [self.key(c) for c in campaigns]
@@ -267,7 +275,7 @@ class RedisStore:
         key = self.key(campaign)
         check_write(episode, blob)
         args = [episode, bytes(blob), self.state_ttl_ms, self.channel, campaign, _write_token()]
-        reply = await self._call("register", lambda: self._run_script(self._register, key, args))
+        reply = await self._call("register", lambda: self._run_script(self._register, key, args), key)
         if int(reply[0]) == 1:
             return Stored(episode, 0, bytes(blob)), True
         stored = _decode(reply[1:])
@@ -283,7 +291,7 @@ class RedisStore:
             *(episode, expected_slot, bytes(blob), self.state_ttl_ms, self.channel, campaign),
             *(_fingerprint(expected), _write_token()),
         ]
-        reply = await self._call("compare_and_set", lambda: self._run_script(self._compare_and_set, key, args))
+        reply = await self._call("compare_and_set", lambda: self._run_script(self._compare_and_set, key, args), key)
         status = int(reply[0])
         if status == 1:
             return None
@@ -353,7 +361,7 @@ class RedisStore:
 
     async def delete(self, campaign: str) -> None:
         key = self.key(campaign)
-        if await self._call("delete", lambda: self._client.delete(key)):
+        if await self._call("delete", lambda: self._client.delete(key), key):
             await self._call("delete", lambda: self._client.publish(self.channel, campaign))
 
     async def campaigns(self, limit: int = 200) -> list[str]:

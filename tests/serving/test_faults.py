@@ -176,6 +176,40 @@ def test_a_busy_store_answers_503_without_calling_the_store_down(models, monkeyp
         assert 'rcb_slot_updates_total{result="unavailable"} 1.0' in text
 
 
+def test_a_batch_whose_last_chunk_is_on_a_down_node_applies_the_rest(models, monkeypatch):
+    """The store is called down only when no read of the batch answered: a last chunk of one campaign on a down
+    node (a batch of 257 in chunks of 256) is a 503 item, not a 503 for the whole batch."""
+    import service.episodes as episodes
+    from service.store import StoreBusy, StoreUnavailable
+
+    monkeypatch.setattr(episodes, "_CHUNK", 2)
+    with serving(models.cbrl_model) as c:
+        for campaign in ("a", "b", "down"):
+            register(c, campaign)
+        store = c.app.state.store
+        real = store.get_each
+
+        async def one_node_down(campaigns):
+            found = await real(campaigns)
+            return [StoreUnavailable("node down") if n == "down" else f for n, f in zip(campaigns, found, strict=True)]
+
+        monkeypatch.setattr(store, "get_each", one_node_down)
+        answer = c.post("/v1/slot-update/batch", json={"updates": [update(k, slot=0) for k in ("a", "b", "down")]})
+        assert answer.status_code == 200, answer.text
+        assert [item["status"] for item in answer.json()["results"]] == [200, 200, 503]
+
+        async def all_busy(campaigns):
+            return [StoreBusy("every connection busy (a stand-in)")] * len(campaigns)
+
+        monkeypatch.setattr(store, "get_each", all_busy)
+        batch = [update(k, slot=1) for k in ("a", "b")]
+        refused = c.post("/v1/slot-update/batch", json={"updates": batch})
+        assert refused.status_code == 503
+        text = c.get("/metrics").text  # one count per refused update, the item's and the whole batch's alike
+        assert metric(text, "rcb_store_busy_total") == 2
+        assert 'rcb_slot_updates_total{result="unavailable"} 3.0' in text
+
+
 def test_an_update_racing_a_registration_again_never_writes_the_old_constraints(models, monkeypatch):
     """A -> B -> A between a slot update's read and its write: the update is applied to the registration that
     stands (L 2.5, budget 100, as answered 201), never written from the one it read (L 1, no budget)."""

@@ -481,6 +481,72 @@ async def test_every_connection_busy_is_store_busy_not_an_outage(redis_server: R
         await delete_prefix(redis_server.url, "busy")
 
 
+@pytest.mark.cluster
+async def test_a_stalled_nodes_commands_do_not_queue_the_other_nodes(redis_cluster: RedisClusterProcs) -> None:
+    """pool_size bounds the commands in flight per primary: reads waiting on a stalled node hold its turns, not
+    the others' (with one bound for the whole cluster, a read of a healthy node waited behind them for the deadline
+    and failed as busy or down)."""
+    store = await open_store(redis_cluster.url, prefix="turns", timeout_s=0.25, pool_size=2)
+    client = raw_client(redis_cluster.url)
+    try:
+        campaigns = [f"c{i}" for i in range(12)]
+        for campaign in campaigns:
+            await store.register(campaign, DAY, b"s0")
+        await client.initialize()
+        ports = {c: client.get_node_from_key(store.key(c)).port for c in campaigns}
+        stalled = campaigns[0]
+        healthy = next(c for c in campaigns if ports[c] != ports[stalled])
+        node = next(s for s in redis_cluster.servers if s.port == ports[stalled])
+        node.pause()
+        try:
+            waiting = [asyncio.create_task(store.get(stalled)) for _ in range(8)]  # 2 in flight, 6 queued
+            await asyncio.sleep(0.01)
+            started = time.monotonic()
+            assert await store.get(healthy) == Stored(DAY, 0, b"s0")
+            took = time.monotonic() - started
+            outcomes = await asyncio.gather(*waiting, return_exceptions=True)
+        finally:
+            node.resume()
+        assert took < 0.2, took
+        assert all(isinstance(o, StoreUnavailable) for o in outcomes), outcomes
+    finally:
+        await client.aclose()
+        await store.aclose()
+        redis_cluster.wait_ok()
+        await delete_prefix(redis_cluster.url, "turns")
+
+
+@pytest.mark.cluster
+async def test_a_write_loads_its_script_on_its_own_node_only(redis_cluster: RedisClusterProcs) -> None:
+    """A node without the write scripts (restarted, or a replica promoted) runs them by EVAL there: redis-py's own
+    fallback loads them on every primary, so a write to a healthy node failed while another primary stalled."""
+    store = await open_store(redis_cluster.url, prefix="scripts", timeout_s=0.25)
+    client = raw_client(redis_cluster.url)
+    try:
+        campaigns = [f"c{i}" for i in range(12)]
+        for campaign in campaigns:
+            await store.register(campaign, DAY, b"s0")
+        await client.initialize()
+        ports = {c: client.get_node_from_key(store.key(c)).port for c in campaigns}
+        stalled = campaigns[0]
+        healthy = next(c for c in campaigns if ports[c] != ports[stalled])
+        for server in redis_cluster.servers:  # no node holds a script now
+            server.client().script_flush()
+        node = next(s for s in redis_cluster.servers if s.port == ports[stalled])
+        node.pause()
+        try:
+            assert await store.compare_and_set(healthy, DAY, 0, b"s1") is None
+        finally:
+            node.resume()
+        assert await store.get(healthy) == Stored(DAY, 1, b"s1")
+        redis_cluster.wait_ok()
+        assert await store.compare_and_set(stalled, DAY, 0, b"s1") is None  # and the other node loads its own
+    finally:
+        await client.aclose()
+        await store.aclose()
+        await delete_prefix(redis_cluster.url, "scripts")
+
+
 async def test_a_client_failure_inside_redis_py_is_a_store_outage_and_ours_is_not() -> None:
     """redis-py 8.1's cluster client can write on a connection another task tore down (an AttributeError raised in
     redis-py, seen with a paused primary): that is StoreUnavailable (503), while an AttributeError of our own
@@ -498,6 +564,15 @@ async def test_a_client_failure_inside_redis_py_is_a_store_outage_and_ours_is_no
 
         with pytest.raises(AttributeError, match="a bug of ours"):
             await store._call("get", ours)
+        from service.store import redis as redis_store
+
+        scope: dict[str, object] = {}  # raised in a sibling package (redis_om, say), not in redis-py
+        exec(
+            compile("async def f():\n    raise AttributeError('theirs')\n", redis_store._REDIS_PY + "_om/x.py", "exec"),
+            scope,
+        )
+        with pytest.raises(AttributeError, match="theirs"):
+            await store._call("get", scope["f"])  # type: ignore[arg-type]
     finally:
         await store.aclose()
 
