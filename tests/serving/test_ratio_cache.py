@@ -274,3 +274,18 @@ async def test_bids_read_together_fail_only_for_the_campaigns_whose_reads_failed
     with pytest.raises(StoreUnavailable):
         await on_the_down_node
     assert cache.peek("c2") is None
+
+
+async def test_a_bid_of_several_campaigns_takes_what_a_partly_failed_read_found() -> None:
+    """One bid, two campaigns to read: the one found is settled and served fresh, the one whose node is down is
+    served from its cached entry, said stale (before, the whole read failed and the campaign never cached made
+    the bid a 503)."""
+    store, cache = NodeDownStore({"c2"}), RatioCache(ttl_s=60.0, metrics=Metrics())
+    await store.register("c1", DAY, state_at(1, 1.5).to_bytes())
+    await store.register("c2", DAY, state_at(1, 2.5).to_bytes())
+    cache.put("c2", state_at(1, 2.5))
+    cache.invalidate("c2", DAY, 2)  # another process wrote slot 2: the next bid reads it
+    entries, stale = await cache.get_many(["c1", "c2"], store)
+    assert entries[0] is not None and (entries[0].slot, entries[0].ratio, entries[0].stale) == (1, 1.5, False)
+    assert entries[1] is not None and (entries[1].slot, entries[1].ratio, entries[1].stale) == (1, 2.5, True)
+    assert stale is True
