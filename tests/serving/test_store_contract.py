@@ -481,6 +481,20 @@ async def test_every_connection_busy_is_store_busy_not_an_outage(redis_server: R
         await delete_prefix(redis_server.url, "busy")
 
 
+async def two_nodes_apart(store: EpisodeStore, client, cluster: RedisClusterProcs) -> tuple[str, str, RedisServer]:
+    """Registers twelve campaigns (state ``(DAY, 0, b"s0")``); returns one of them, one on another primary, and the
+    first one's server (to pause)."""
+    assert isinstance(store, RedisClusterStore)
+    campaigns = [f"c{i}" for i in range(12)]
+    for campaign in campaigns:
+        await store.register(campaign, DAY, b"s0")
+    await client.initialize()
+    ports = {c: client.get_node_from_key(store.key(c)).port for c in campaigns}
+    stalled = campaigns[0]
+    healthy = next(c for c in campaigns if ports[c] != ports[stalled])
+    return stalled, healthy, next(s for s in cluster.servers if s.port == ports[stalled])
+
+
 @pytest.mark.cluster
 async def test_a_stalled_nodes_commands_do_not_queue_the_other_nodes(redis_cluster: RedisClusterProcs) -> None:
     """pool_size bounds the commands in flight per primary: reads waiting on a stalled node hold its turns, not
@@ -489,14 +503,7 @@ async def test_a_stalled_nodes_commands_do_not_queue_the_other_nodes(redis_clust
     store = await open_store(redis_cluster.url, prefix="turns", timeout_s=0.25, pool_size=2)
     client = raw_client(redis_cluster.url)
     try:
-        campaigns = [f"c{i}" for i in range(12)]
-        for campaign in campaigns:
-            await store.register(campaign, DAY, b"s0")
-        await client.initialize()
-        ports = {c: client.get_node_from_key(store.key(c)).port for c in campaigns}
-        stalled = campaigns[0]
-        healthy = next(c for c in campaigns if ports[c] != ports[stalled])
-        node = next(s for s in redis_cluster.servers if s.port == ports[stalled])
+        stalled, healthy, node = await two_nodes_apart(store, client, redis_cluster)
         node.pause()
         try:
             waiting = [asyncio.create_task(store.get(stalled)) for _ in range(8)]  # 2 in flight, 6 queued
@@ -523,16 +530,9 @@ async def test_a_write_loads_its_script_on_its_own_node_only(redis_cluster: Redi
     store = await open_store(redis_cluster.url, prefix="scripts", timeout_s=0.25)
     client = raw_client(redis_cluster.url)
     try:
-        campaigns = [f"c{i}" for i in range(12)]
-        for campaign in campaigns:
-            await store.register(campaign, DAY, b"s0")
-        await client.initialize()
-        ports = {c: client.get_node_from_key(store.key(c)).port for c in campaigns}
-        stalled = campaigns[0]
-        healthy = next(c for c in campaigns if ports[c] != ports[stalled])
+        stalled, healthy, node = await two_nodes_apart(store, client, redis_cluster)
         for server in redis_cluster.servers:  # no node holds a script now
             server.client().script_flush()
-        node = next(s for s in redis_cluster.servers if s.port == ports[stalled])
         node.pause()
         try:
             assert await store.compare_and_set(healthy, DAY, 0, b"s1") is None
