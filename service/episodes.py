@@ -270,9 +270,12 @@ class Episodes:
                 seen.add(u.campaign_id)
                 unique.append(i)
         stored: list[Stored | StoreError | None] = []
+        answered = False  # some read of the batch answered (checked per chunk, not over all read so far)
         for start, stop in self._spans(len(unique)):  # read in chunks too: one big pipeline is one long stall
-            stored += await self.store.get_each([updates[i].campaign_id for i in unique[start:stop]])
-            if all(isinstance(item, StoreError) for item in stored):
+            read_now = await self.store.get_each([updates[i].campaign_id for i in unique[start:stop]])
+            stored += read_now
+            answered = answered or any(not isinstance(item, StoreError) for item in read_now)
+            if not answered:
                 # no read of the batch answered so far: the store is down (not one node of a cluster, which fails
                 # its own campaigns only); the request is one 503, without waiting on the chunks left
                 down = stored[0]
