@@ -89,10 +89,13 @@ class RedisClusterStore(RedisStore):
         # breaks connections (AttributeError on a None writer, "Connection closed by server") when a burst of
         # commands is the first use of a client and each of them initializes it. Retried on the next call if the
         # cluster is down now; after that the client refreshes its slot map itself (MOVED, connection errors).
-        if self._ready:
+        # Also after a failed refresh of the slot map: redis-py 8.1 then closes its node manager, whose default node
+        # becomes None, and routes the next keyed commands to a random primary (a stalled one, now and then) instead
+        # of the key's; discovering again first, inside this command's deadline, keeps them on the key's node.
+        if self._ready and self._client.get_default_node() is not None:
             return
         async with self._ready_lock:
-            if not self._ready:
+            if not self._ready or self._client.get_default_node() is None:
                 await self._client.initialize()
                 self._ready = True
 
