@@ -339,8 +339,7 @@ class Episodes:
             results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
             return
         if isinstance(item, StoreError):  # its node did not answer (a Redis Cluster with a node down): 503 alone
-            results[i] = self._error_item(u, store_unavailable(item))
-            self.metrics.store_failed(slot_updates=1, busy=isinstance(item, StoreBusy))
+            results[i] = self._unavailable_item(u, item)
             return
         try:
             state = self._decoded(u.campaign_id, item)
@@ -393,15 +392,18 @@ class Episodes:
                     if isinstance(current, UnknownCampaign):
                         results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
                     elif isinstance(current, StoreError):
-                        results[i] = self._error_item(u, store_unavailable(current))
-                        # a 503 item inside a 200 batch
-                        self.metrics.store_failed(slot_updates=1, busy=isinstance(current, StoreBusy))
+                        results[i] = self._unavailable_item(u, current)
                     else:
                         results[i] = self._written(u, new, current)
                 self._count(
                     decided, [(k, updates[i].campaign_id) for k, (i, _) in enumerate(part) if currents[k] is None]
                 )
             await self.yield_to_bids()
+
+    def _unavailable_item(self, update: SlotUpdate, error: StoreError) -> BatchItem:
+        """The 503 item, inside a 200 batch, of an update whose read or write the store did not take; counted."""
+        self.metrics.store_failed(error, slot_updates=1)
+        return self._error_item(update, store_unavailable(error))
 
     def _error_item(self, update: SlotUpdate, exc: ApiError) -> BatchItem:
         """The item of a refusal, counted (:meth:`_refused`)."""

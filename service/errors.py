@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.store import StoreBusy, StoreUnavailable
+from service.store import StoreUnavailable
 
 log = logging.getLogger("rcb.service")
 
@@ -94,8 +94,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _store_down(request: Request, exc: StoreUnavailable) -> Response:
         metrics = getattr(request.app.state, "metrics", None)
         if metrics is not None:
-            slot_updates = int(request.url.path.startswith("/v1/slot-update"))
-            metrics.store_failed(slot_updates=slot_updates, busy=isinstance(exc, StoreBusy))
+            metrics.store_failed(exc, slot_updates=int(request.url.path.startswith("/v1/slot-update")))
         e = store_unavailable(exc)
         return error_response(e.status, e.error, e.detail)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from service.store.base import StoreBusy, StoreError
+
 OTHER_CAMPAIGNS = "_other"
 """The ``campaign`` label of the per-campaign counters once ``campaign_limit`` campaigns have a series."""
 
@@ -80,12 +82,12 @@ class Metrics:
             return campaign
         return OTHER_CAMPAIGNS
 
-    def store_failed(self, slot_updates: int = 0, busy: bool = False) -> None:
-        """The store could not take a command: ``rcb_store_up`` says so now (not after the next /readyz ping), and
-        ``slot_updates`` updates it refused count as ``unavailable``. ``busy``: the command never left this process
-        (every connection busy: :class:`~service.store.StoreBusy`), which says nothing of the store's health: it
-        counts in ``rcb_store_busy_total`` and leaves ``rcb_store_up`` as it was."""
-        if busy:
+    def store_failed(self, error: StoreError, slot_updates: int = 0) -> None:
+        """The store could not take a command (``error``): ``rcb_store_up`` says so now (not after the next /readyz
+        ping), and ``slot_updates`` updates it refused count as ``unavailable``. A :class:`~service.store.StoreBusy`
+        never left this process (every connection busy), which says nothing of the store's health: it counts in
+        ``rcb_store_busy_total`` and leaves ``rcb_store_up`` as it was."""
+        if isinstance(error, StoreBusy):
             self.store_busy.inc()
         else:
             self.store_up.set(0)

@@ -23,7 +23,7 @@ from typing import cast
 
 from model.state import CampaignState, StateError
 from service.metrics import Metrics
-from service.store import EpisodeStore, StoreBusy, Stored, StoreError, StoreUnavailable
+from service.store import EpisodeStore, Stored, StoreError, StoreUnavailable
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class RatioCache:
         campaigns only: the store is not whole), else 1."""
         failed = next((item for item in read if isinstance(item, StoreError)), None)
         if failed is not None:
-            self.metrics.store_failed(busy=isinstance(failed, StoreBusy))
+            self.metrics.store_failed(failed)
         else:
             self.metrics.store_up.set(1)
 
