@@ -6,9 +6,13 @@ Then fault injection on real servers (paused, killed and restarted), and open_st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from service.store import (
     EpisodeStore,
@@ -398,11 +402,26 @@ async def test_killed_and_restarted_server(redis_server: RedisServer) -> None:
         await delete_prefix(redis_server.url, "restart")
 
 
+@contextlib.asynccontextmanager
+async def on_cluster(
+    cluster: RedisClusterProcs, prefix: str, **options: Any
+) -> AsyncIterator[tuple[RedisClusterStore, RedisCluster]]:
+    """A store on ``cluster`` under its own key prefix (``timeout_s`` 0.25 unless given) and a raw cluster client
+    beside it; both closed and the prefix's keys deleted afterwards."""
+    store = await open_store(cluster.url, prefix=prefix, **{"timeout_s": 0.25, **options})
+    assert isinstance(store, RedisClusterStore)
+    client = raw_client(cluster.url)
+    try:
+        yield store, client
+    finally:
+        await client.aclose()
+        await store.aclose()
+        await delete_prefix(cluster.url, prefix)
+
+
 @pytest.mark.cluster
 async def test_cluster_paused_node_fails_fast(redis_cluster: RedisClusterProcs) -> None:
-    store = await open_store(redis_cluster.url, prefix="paused", timeout_s=0.25)
-    client = raw_client(redis_cluster.url)
-    try:
+    async with on_cluster(redis_cluster, "paused") as (store, client):
         await store.register("c1", DAY, b"s0")
         await client.initialize()
         port = client.get_node_from_key(store.key("c1")).port
@@ -419,19 +438,13 @@ async def test_cluster_paused_node_fails_fast(redis_cluster: RedisClusterProcs) 
         result = await store.compare_and_set("c1", DAY, 0, b"s1")
         assert result is None or result == Stored(DAY, 1, b"s1")
         assert await store.get("c1") == Stored(DAY, 1, b"s1")
-    finally:
-        await client.aclose()
-        await store.aclose()
-        await delete_prefix(redis_cluster.url, "paused")
 
 
 @pytest.mark.cluster
 async def test_cluster_reads_fail_only_the_paused_nodes_campaigns(redis_cluster: RedisClusterProcs) -> None:
     """get_each: a paused primary fails its own campaigns' reads (as values), the other nodes' answer; get_many,
     which has no per-item answer, raises."""
-    store = await open_store(redis_cluster.url, prefix="partial", timeout_s=0.25)
-    client = raw_client(redis_cluster.url)
-    try:
+    async with on_cluster(redis_cluster, "partial") as (store, client):
         campaigns = [f"c{i}" for i in range(30)]
         for campaign in campaigns:
             await store.register(campaign, DAY, campaign.encode())
@@ -456,10 +469,6 @@ async def test_cluster_reads_fail_only_the_paused_nodes_campaigns(redis_cluster:
         assert 0 < sum(port == node.port for port in ports) < len(campaigns)
         redis_cluster.wait_ok()
         assert await store.get_each(campaigns) == [Stored(DAY, 0, c.encode()) for c in campaigns]
-    finally:
-        await client.aclose()
-        await store.aclose()
-        await delete_prefix(redis_cluster.url, "partial")
 
 
 @pytest.mark.redis
@@ -481,7 +490,9 @@ async def test_every_connection_busy_is_store_busy_not_an_outage(redis_server: R
         await delete_prefix(redis_server.url, "busy")
 
 
-async def two_nodes_apart(store: EpisodeStore, client, cluster: RedisClusterProcs) -> tuple[str, str, RedisServer]:
+async def two_nodes_apart(
+    store: EpisodeStore, client: RedisCluster, cluster: RedisClusterProcs
+) -> tuple[str, str, RedisServer]:
     """Registers twelve campaigns (state ``(DAY, 0, b"s0")``); returns one of them, one on another primary, and the
     first one's server (to pause)."""
     assert isinstance(store, RedisClusterStore)
@@ -500,9 +511,7 @@ async def test_a_stalled_nodes_commands_do_not_queue_the_other_nodes(redis_clust
     """pool_size bounds the commands in flight per primary: reads waiting on a stalled node hold its turns, not
     the others' (with one bound for the whole cluster, a read of a healthy node waited behind them for the deadline
     and failed as busy or down)."""
-    store = await open_store(redis_cluster.url, prefix="turns", timeout_s=0.25, pool_size=2)
-    client = raw_client(redis_cluster.url)
-    try:
+    async with on_cluster(redis_cluster, "turns", pool_size=2) as (store, client):
         stalled, healthy, node = await two_nodes_apart(store, client, redis_cluster)
         node.pause()
         try:
@@ -516,20 +525,14 @@ async def test_a_stalled_nodes_commands_do_not_queue_the_other_nodes(redis_clust
             node.resume()
         assert took < 0.2, took
         assert all(isinstance(o, StoreUnavailable) for o in outcomes), outcomes
-    finally:
-        await client.aclose()
-        await store.aclose()
         redis_cluster.wait_ok()
-        await delete_prefix(redis_cluster.url, "turns")
 
 
 @pytest.mark.cluster
 async def test_a_write_loads_its_script_on_its_own_node_only(redis_cluster: RedisClusterProcs) -> None:
     """A node without the write scripts (restarted, or a replica promoted) runs them by EVAL there: redis-py's own
     fallback loads them on every primary, so a write to a healthy node failed while another primary stalled."""
-    store = await open_store(redis_cluster.url, prefix="scripts", timeout_s=0.25)
-    client = raw_client(redis_cluster.url)
-    try:
+    async with on_cluster(redis_cluster, "scripts") as (store, client):
         stalled, healthy, node = await two_nodes_apart(store, client, redis_cluster)
         for server in redis_cluster.servers:  # no node holds a script now
             server.client().script_flush()
@@ -541,10 +544,6 @@ async def test_a_write_loads_its_script_on_its_own_node_only(redis_cluster: Redi
         assert await store.get(healthy) == Stored(DAY, 1, b"s1")
         redis_cluster.wait_ok()
         assert await store.compare_and_set(stalled, DAY, 0, b"s1") is None  # and the other node loads its own
-    finally:
-        await client.aclose()
-        await store.aclose()
-        await delete_prefix(redis_cluster.url, "scripts")
 
 
 @pytest.mark.cluster
