@@ -147,11 +147,17 @@ def shield(
     proposed = np.asarray(proposed, dtype=np.float64)
     if proposed.shape != (history.n,):
         raise ValueError(f"proposed must be ({history.n},), got {proposed.shape}")
+    low, high, threat = band(history, gains, config)
+    ratio = np.clip(proposed, low, high)
+    return Shielded(ratio=ratio, acted=ratio != proposed, low=low, high=high, threat=threat)
+
+
+def band(history: History, gains: ControllerGains, config: ShieldConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The band for slot ``history.slot``, whatever is proposed: ``(low, high, threat)``, each ``(n,)``."""
     reference = controller_ratios(history, gains)
     threat = threat_level(history, gains, config)
     below = config.wide * (1 - threat) + config.tight * threat + config.trust
     above = config.wide * (1 - threat) + config.tight_above * threat + config.trust
     low = np.clip(reference * np.exp(-below), RATIO_FLOOR, RATIO_MAX)
     high = np.clip(reference * np.exp(above), RATIO_FLOOR, RATIO_MAX)
-    ratio = np.clip(proposed, low, high)
-    return Shielded(ratio=ratio, acted=ratio != proposed, low=low, high=high, threat=threat)
+    return low, high, threat

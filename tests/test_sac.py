@@ -428,3 +428,105 @@ def test_the_critic_target_reads_the_belief_the_config_names_at_the_bootstrap(
 def test_bootstrap_belief_is_checked():
     with pytest.raises(ValueError, match="bootstrap_belief must be one of shared, ahead"):
         SACConfig(algo="cbrl", bootstrap_belief="later")
+
+
+def _gains_and_controller():
+    from model.controller import GAIN_FIELDS, ControllerGains
+
+    gains = ControllerGains(initial_ratio=1.2, kp=0.5, ki=0.1, kd=0.3, kp_budget=2.0, ki_budget=0.2)
+    return gains, {**{k: getattr(gains, k) for k in GAIN_FIELDS}, "traffic_profile": list(gains.traffic_profile)}
+
+
+def test_a_run_trained_behind_the_shield_keeps_the_band_each_slot_was_played_in():
+    """``train_shielded``: the explorer's bids are its proposals moved into the shield's band, the buffer keeps that
+    band for every slot (recomputed from the finished history, as the shield met it) and hands it out with each
+    transition, for slot ``t`` and for the bootstrap slot."""
+    from model.shield import ShieldConfig
+    from training.agents.sac import shield_bands
+    from training.bidders.shielded import ShieldedBidder
+
+    gains, _ = _gains_and_controller()
+    log = random_day_log(np.random.default_rng(2), n=3000)
+    registration = Registration.of(roi_target=1.2, budget=np.inf, n=4)
+    torch.manual_seed(0)
+    inner = PolicyBidder(
+        TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=1.5, residual=True), stochastic=True, controller=gains
+    )
+    proposals: list[np.ndarray] = []
+    propose = inner.bid
+    inner.bid = lambda history: proposals.append(propose(history)) or proposals[-1]  # type: ignore[method-assign]
+    shielded = ShieldedBidder(inner, gains, ShieldConfig())
+    history = play(shielded, [DayIndex(log)], np.zeros(4, np.int64), registration, 0).history
+    low, high = shield_bands(history, gains, ShieldConfig())
+    proposed = np.stack(proposals, axis=1)
+    np.testing.assert_array_equal(history.ratios, np.clip(proposed, low, high))
+    assert 0 < shielded.acted < shielded.decisions  # steps of 1.5 leave the band now and then, not always
+    buffer = EpisodeBuffer(capacity=4, controller=gains, shield=(gains, ShieldConfig()))
+    buffer.add(history, np.full(4, 500.0))
+    np.testing.assert_array_equal(buffer.band_low, low.astype(np.float32))
+    batch = buffer.sample(np.random.default_rng(1), 64, stage_at(6, PAPER_CURRICULUM), n_step=8)
+    assert batch.band is not None and batch.next_band is not None
+    episode, slot = np.repeat(np.random.default_rng(1).integers(0, 4, 4), 16), batch.slot.numpy()
+    np.testing.assert_array_equal(batch.band[1].numpy(), buffer.band_high[episode, slot])
+    ahead = np.minimum(slot + 8, SLOTS_PER_DAY - 1)
+    np.testing.assert_array_equal(batch.next_band[0].numpy(), buffer.band_low[episode, ahead])
+    assert np.all(batch.ratio.numpy() >= batch.band[0].numpy()) and np.all(batch.ratio.numpy() <= batch.band[1].numpy())
+    plain = EpisodeBuffer(capacity=4, controller=gains)
+    plain.add(history, np.full(4, 500.0))
+    unbanded = plain.sample(np.random.default_rng(1), 64, stage_at(6, PAPER_CURRICULUM))
+    assert unbanded.band is None and unbanded.next_band is None and plain.band_low.size == 0
+
+
+def test_a_band_moves_the_sampled_ratio_and_the_action_the_critics_read():
+    """A sampled ratio outside the band is moved to its edge and the critics read the action of that edge (the one
+    the buffer would hold for it); inside, the action is the sampled one exactly."""
+    policy = TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=1.0, residual=True)
+    obs = torch.rand(256, N_FEATURES + 1)
+    obs[:, -1] = 0.25  # the controller bids 1.0
+    low, high = torch.full((256,), 0.8), torch.full((256,), 1.25)
+    torch.manual_seed(7)
+    free_ratio, free_action, free_log_prob = policy.sample(obs)
+    torch.manual_seed(7)
+    ratio, action, log_prob = policy.sample(obs, (low, high))
+    torch.testing.assert_close(ratio, torch.clamp(free_ratio, 0.8, 1.25))
+    moved = (free_ratio < 0.8) | (free_ratio > 1.25)
+    assert 0 < int(moved.sum()) < 256
+    torch.testing.assert_close(action[moved], policy.to_action(obs, ratio)[moved])
+    assert torch.equal(action[~moved], free_action[~moved])
+    assert torch.equal(log_prob, free_log_prob)  # the entropy is the proposal's
+
+
+def test_the_actor_of_a_shielded_run_reads_the_critics_inside_the_band():
+    from model.shield import ShieldConfig
+    from training.bidders.shielded import ShieldedBidder
+
+    gains, controller = _gains_and_controller()
+    log = random_day_log(np.random.default_rng(2), n=3000)
+    registration = Registration.of(roi_target=1.2, budget=np.inf, n=4)
+    config = SACConfig(algo="cbrl", controller=controller, hidden=16, seed=3, action_step=1.5, train_shielded=True)
+    agent = SACAgent(config)
+    explorer = ShieldedBidder(PolicyBidder(agent.actor, True, agent.encoder, gains), gains, ShieldConfig())
+    history = play(explorer, [DayIndex(log)], np.zeros(4, np.int64), registration, 0).history
+    buffer = EpisodeBuffer(capacity=4, controller=gains, shield=(gains, ShieldConfig()))
+    buffer.add(history, np.full(4, 500.0))
+    batch = buffer.sample(np.random.default_rng(1), 64, stage_at(6, PAPER_CURRICULUM), n_step=8)
+    assert batch.band is not None
+    read: list[tuple[torch.Tensor, torch.Tensor]] = []
+    critic = agent.critic.forward
+
+    def recording(obs: torch.Tensor, action: torch.Tensor):
+        read.append((obs.detach(), action.detach()))
+        return critic(obs, action)
+
+    agent.critic.forward = recording  # type: ignore[method-assign]
+    agent.update(batch)
+    obs, action = read[-1]  # the actor's read (the critic's own comes first)
+    ratio = agent.actor.base(obs) * torch.exp(agent.actor.step * action)
+    assert torch.all(ratio >= batch.band[0] * (1 - 1e-5)) and torch.all(ratio <= batch.band[1] * (1 + 1e-5))
+
+
+def test_train_shielded_needs_a_residual_run_around_the_pid():
+    with pytest.raises(ValueError, match="train_shielded needs a residual run around the PID"):
+        SACConfig(algo="crl", train_shielded=True)
+    with pytest.raises(ValueError, match="train_shielded needs a residual run around the PID"):
+        SACConfig(algo="cbrl", train_shielded=True, reference_spread=0.2)

@@ -1187,3 +1187,16 @@ def test_bootstrap_belief_is_for_cbrl_and_kept_on_resume(market: Path, tmp_path:
     resumed = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "2", "--resume", "--out", str(out)])
     assert resumed.exit_code == 0, resumed.output
     assert json.loads((out / "run.json").read_text())["config"]["bootstrap_belief"] == "ahead"
+
+
+def test_train_shielded_is_for_residual_runs_and_kept_on_resume(market: Path, tmp_path: Path):
+    out = tmp_path / "run"
+    args = ["train", "--data", str(market), "--setting", "sc", "--updates-per-epoch", "2", "--selection-seeds", "1"]
+    refused = runner.invoke(app, [*args, "--algo", "crl", "--train-shielded", "--out", str(out)])
+    assert refused.exit_code == 2 and "train_shielded needs a residual run" in refused.output
+    first = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "1", "--train-shielded", "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    assert json.loads((out / "run.json").read_text())["config"]["train_shielded"] is True
+    resumed = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "2", "--resume", "--out", str(out)])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads((out / "run.json").read_text())["config"]["train_shielded"] is True

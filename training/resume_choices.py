@@ -50,6 +50,7 @@ TRAINING_CHOICES: dict[str, Any] = {
     "start_at_controller": False,
     "reference": "pid",
     "bootstrap_belief": "shared",
+    "train_shielded": False,
 }
 """Choices of what is learned that ``rcb train --resume`` keeps when they are not given, by ``SACConfig`` field,
 with what a run recorded before the option existed did. (``n_step`` and ``correction_penalty`` are kept too;

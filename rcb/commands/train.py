@@ -208,6 +208,14 @@ def train_command(
             "--auto-curriculum", help="crl/cbrl: learn each stage's ROI relaxation b_k (regret minimization)."
         ),
     ] = False,
+    train_shielded: Annotated[
+        bool,
+        typer.Option(
+            "--train-shielded",
+            help="Residual runs around the PID: train (and select the epoch) behind the safety shield the service"
+            " bids through, its default band around the run's controller; the critics value the shielded policy.",
+        ),
+    ] = False,
     residual: Annotated[
         bool | None,
         typer.Option(
@@ -452,6 +460,7 @@ def train_command(
                 "selection_epoch": None if selection_epoch is None else selection_epoch.value,
                 "select_from": select_from,
                 "init_from": None if init_from is None else str(init_from),
+                "train_shielded": train_shielded,
             }
             for option, name in (
                 ("--relaxed-stages/--no-relaxed-stages", "relaxed_stages"),

@@ -43,10 +43,12 @@ from model.features import obs_dim, observation_sequence
 from model.history import History, Registration
 from model.planner import PlanReference, Scenarios
 from model.policy import decision_inputs, offline_keys
+from model.shield import ShieldConfig, band
 from model.trajectory import transitions
 from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal
 from training.agents.networks import TanhGaussianPolicy, TwinQ
 from training.bidders.base import Bidder, Outcome, play
+from training.bidders.shielded import ShieldedBidder
 from training.bidders.tuning import episode_scores
 from training.curriculum import (
     PAPER_CURRICULUM,
@@ -279,6 +281,13 @@ class SACConfig:
     schedule and curriculum start afresh, and a residual run corrects its own market's controller. Model
     selection's epoch -1 (with :attr:`start_at_controller`) is then the carried policy, not the controller. ``None``:
     fresh networks (:func:`training.train.initial_networks` reads and checks the source)."""
+    train_shielded: bool = False
+    """Residual runs around the PID: train behind the safety shield the service bids through (:mod:`model.shield`,
+    its default band, centred on the run's own controller), the post-posed shield of Alshiekh et al. (AAAI 2018).
+    The explorer's bids are moved into the band as served bids are; the replay buffer keeps each slot's band, and the
+    actor and the critics' targets read a sampled action at the ratio the shield would have let through (as at
+    ``RATIO_MAX``: no gradient beyond the band), so the critics value the shielded policy that is served; model
+    selection scores shielded play. False: trained alone, shielded only where it is played (the default)."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -293,6 +302,11 @@ class SACConfig:
             raise ValueError("reference_spread must be >= 0")
         if self.reference_spread > 0 and (not self.residual or self.reference != "pid"):
             raise ValueError("reference_spread needs a residual run around the PID (it scales the PID's ratio)")
+        if self.train_shielded and (not self.residual or self.reference != "pid" or self.reference_spread > 0):
+            raise ValueError(
+                "train_shielded needs a residual run around the PID without reference_spread (the shield's band is"
+                " centred on that controller)"
+            )
         if self.correction_penalty < 0:
             raise ValueError("correction_penalty must be >= 0")
         if self.correction_penalty > 0 and not self.residual:
@@ -445,6 +459,10 @@ class Batch(NamedTuple):
     """``(B,)``: 1 when the day ended before ``t + n``."""
     discount: torch.Tensor
     """``(B,)``: ``gamma^n``, the bootstrap's weight (fewer steps when the day ends first)."""
+    band: tuple[torch.Tensor, torch.Tensor] | None = None
+    """``(low, high)``, each ``(B,)``: the shield's band in slot ``t`` (a buffer that keeps bands), else None."""
+    next_band: tuple[torch.Tensor, torch.Tensor] | None = None
+    """The same at the bootstrap slot (slot 47's where the day ended: that target is not read)."""
 
 
 class UpdateStats(NamedTuple):
@@ -467,10 +485,20 @@ OPTIMIZERS: tuple[str, ...] = ("actor", "critic", "alpha")
 class EpisodeBuffer:
     """Whole episodes: features before every slot (and after the last), ratios, slot stats, constraints, D*."""
 
-    def __init__(self, capacity: int, controller: Reference | None = None):
+    def __init__(
+        self,
+        capacity: int,
+        controller: Reference | None = None,
+        shield: tuple[ControllerGains, ShieldConfig] | None = None,
+    ):
         self.capacity = capacity
         self.controller = controller
         """A residual run's reference controller (the observations then end with ``controller_ratio``)."""
+        self.shield = shield
+        """The gains and band of the shield the episodes were played behind (:attr:`SACConfig.train_shielded`): each
+        slot's band is kept, and :meth:`sample` hands it out. None: no bands."""
+        self.band_low = np.zeros((capacity if shield else 0, SLOTS_PER_DAY), dtype=np.float32)
+        self.band_high = np.zeros((capacity if shield else 0, SLOTS_PER_DAY), dtype=np.float32)
         self.obs = np.zeros((capacity, SLOTS_PER_DAY + 1, obs_dim(controller is not None)), dtype=np.float32)
         self.ratios = np.zeros((capacity, SLOTS_PER_DAY), dtype=np.float32)
         self.delivery = np.zeros((capacity, SLOTS_PER_DAY))
@@ -485,8 +513,11 @@ class EpisodeBuffer:
         """Keep the episodes of ``history``. ``controller``: the reference they were played with, where it is not the
         buffer's own (a planner that left each train day's own scenario out: :func:`days_reference`)."""
         obs = observation_sequence(history, controller or self.controller)  # o_0 .. o_48 of each episode
+        bands = shield_bands(history, *self.shield) if self.shield else None
         for k in range(history.n):
             i = self.cursor
+            if bands is not None:
+                self.band_low[i], self.band_high[i] = bands[0][k], bands[1][k]
             self.obs[i] = obs[k]
             self.ratios[i] = history.ratios[k]
             self.delivery[i] = history.delivery[k]
@@ -529,6 +560,12 @@ class EpisodeBuffer:
         ).sum(1)
         bootstrap = np.minimum(slot + n_step, SLOTS_PER_DAY)
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
+        bands = None
+        if self.shield:
+            last = np.minimum(bootstrap, SLOTS_PER_DAY - 1)
+            bands = [
+                (as_tensor(self.band_low[episode, at]), as_tensor(self.band_high[episode, at])) for at in (slot, last)
+            ]
         return Batch(
             steps=torch.as_tensor(transitions(self.obs[chosen], self.ratios[chosen])),
             episode=torch.as_tensor(group),
@@ -540,7 +577,20 @@ class EpisodeBuffer:
             next_slot=torch.as_tensor(bootstrap),
             done=as_tensor(bootstrap == SLOTS_PER_DAY),
             discount=as_tensor(gamma ** (bootstrap - slot)),
+            band=None if bands is None else bands[0],
+            next_band=None if bands is None else bands[1],
         )
+
+
+def shield_bands(history: History, gains: ControllerGains, config: ShieldConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(low, high)``, each ``(n, 48)``: the shield's band in every slot of finished episodes, as
+    :class:`~training.bidders.shielded.ShieldedBidder` met it there (the band reads only the history before the
+    slot)."""
+    low = np.empty((history.n, SLOTS_PER_DAY))
+    high = np.empty((history.n, SLOTS_PER_DAY))
+    for t in range(SLOTS_PER_DAY):
+        low[:, t], high[:, t], _ = band(history.until(t), gains, config)
+    return low, high
 
 
 @dataclass
@@ -726,7 +776,7 @@ class SACAgent:
                 next_z = z.detach()
             obs, next_obs = torch.cat([obs, z], dim=1), torch.cat([next_obs, next_z], dim=1)
         with torch.no_grad():
-            _, next_action, next_log_prob = self.actor.sample(next_obs)
+            _, next_action, next_log_prob = self.actor.sample(next_obs, batch.next_band)
             target_q = torch.min(*self.critic_target(next_obs, next_action)) - alpha * next_log_prob
             y = self.config.reward_scale * batch.reward + (1 - batch.done) * batch.discount * target_q
         q1, q2 = self.critic(obs, self.actor.to_action(obs, batch.ratio))
@@ -739,7 +789,7 @@ class SACAgent:
             return UpdateStats(float(critic_loss.detach()), float("nan"), float("nan"))
 
         obs = obs.detach()  # the actor does not train the encoder
-        ratio, action, log_prob = self.actor.sample(obs)
+        ratio, action, log_prob = self.actor.sample(obs, batch.band)
         q1_pi, q2_pi = self.critic(obs, action)
         q_pi = 0.5 * (q1_pi + q2_pi) if self.config.actor_mean_q else torch.min(q1_pi, q2_pi)
         actor_loss = (alpha * log_prob - q_pi).mean()
@@ -882,10 +932,29 @@ def score(outcome: Outcome, days: DaySet, chosen: np.ndarray) -> float:
     return float(episode_scores(outcome.delivery, outcome.cost, days.subset(chosen)).mean())
 
 
+def training_shield(agent: SACAgent) -> tuple[ControllerGains, ShieldConfig] | None:
+    """The shield a run is trained and selected behind (:attr:`SACConfig.train_shielded`): the default band around
+    the run's own controller, as ``rcb evaluate``'s ``shield:`` and the service centre it; None when it trains alone."""
+    if not agent.config.train_shielded:
+        return None
+    if not isinstance(agent.controller, ControllerGains):  # SACConfig refuses any other reference
+        raise ValueError("train_shielded needs a PID reference controller")
+    return agent.controller, ShieldConfig()
+
+
+def behind(bidder: Bidder, shield: tuple[ControllerGains, ShieldConfig] | None) -> Bidder:
+    """``bidder`` behind ``shield``, or as it is without one."""
+    return bidder if shield is None else ShieldedBidder(bidder, *shield)
+
+
 def greedy_scores(agent: SACAgent, days: DaySet, chosen: np.ndarray, seeds: int = 1) -> list[float]:
     """:func:`score` of the agent's deterministic policy on ``days[chosen]``, played once with each seed
-    ``0..seeds-1`` (model selection's measure is their mean; :attr:`SACConfig.selection_seeds`)."""
-    greedy = PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder, controller=agent.controller)
+    ``0..seeds-1`` (model selection's measure is their mean; :attr:`SACConfig.selection_seeds`), behind the shield
+    where the run trains behind it."""
+    greedy = behind(
+        PolicyBidder(agent.actor, stochastic=False, encoder=agent.encoder, controller=agent.controller),
+        training_shield(agent),
+    )
     return [score(play_days(greedy, days, chosen, 1, seed=seed)[0], days, chosen) for seed in range(seeds)]
 
 
@@ -921,7 +990,7 @@ def train(
         agent.load_state(state)
     elif init is not None:
         agent.load_networks(init)
-    buffer = EpisodeBuffer(config.buffer_episodes, agent.controller)
+    buffer = EpisodeBuffer(config.buffer_episodes, agent.controller, training_shield(agent))
     train_days, validation_days = split_validation(days, config.validation_fraction, config.validation_fold)
     if config.selection_days == "home":
         validation_days = home_market_days(days, validation_days)
@@ -950,7 +1019,10 @@ def train(
         reference = agent.controller
         if scales is not None and reference is not None:  # SACConfig: reference_spread needs a residual run
             reference = ScaledReference(reference, scales)
-        explorer = PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=reference)
+        explorer = behind(
+            PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=reference),
+            training_shield(agent),
+        )
         collected, oracle = play_days(
             explorer,
             days,
