@@ -159,6 +159,12 @@ class ModelRunner:
             except Exception:
                 log.exception("reporting the model load failed", extra={"model_version": version})
         log.info("model loaded", extra={"model_version": version, "model_dir": str(directory)})
+        if not self.use_shield and artifact.card.training.config.get("train_shielded"):
+            # Its critics valued only what the shield lets through: alone it bids proposals nobody valued.
+            log.warning(
+                "the model was trained behind the shield and is served without it; serve it with the shield on",
+                extra={"model_version": version},
+            )
         measured = artifact.card.evaluation.measured.get("shield")
         if self.use_shield and measured is not None and not measured_with(measured, shield_config):
             # The card's shielded figures are not what this service bids.

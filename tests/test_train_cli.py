@@ -1196,7 +1196,9 @@ def test_train_shielded_is_for_residual_runs_and_kept_on_resume(market: Path, tm
     assert refused.exit_code == 2 and "train_shielded needs a residual run" in refused.output
     first = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "1", "--train-shielded", "--out", str(out)])
     assert first.exit_code == 0, first.output
-    assert json.loads((out / "run.json").read_text())["config"]["train_shielded"] is True
+    body = json.loads((out / "run.json").read_text())
+    assert body["config"]["train_shielded"] is True
+    assert 0 <= body["history"][0]["shield_acted_share"] <= 1  # the share of collected bids the shield moved
     resumed = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "2", "--resume", "--out", str(out)])
     assert resumed.exit_code == 0, resumed.output
     assert json.loads((out / "run.json").read_text())["config"]["train_shielded"] is True

@@ -381,3 +381,27 @@ def test_reloads_queue_on_the_event_loop_not_in_worker_threads(models, monkeypat
 
     answers = asyncio.run(burst())
     assert most[0] == 1 and all(version == runner.version for _, version in answers)
+
+
+def test_a_model_trained_behind_the_shield_served_without_it_is_warned_of(models, tmp_path, caplog):
+    """``rcb train --train-shielded``: the critics valued only what the shield lets through, so the service warns
+    when it serves such a model with the shield off (and not when it is on)."""
+    import json
+    import logging
+    import shutil
+
+    from service.runner import ModelRunner
+
+    model = tmp_path / "shielded"
+    shutil.copytree(models.cbrl_model, model)
+    card = json.loads((model / "model.json").read_text())
+    card["training"]["config"]["train_shielded"] = True
+    (model / "model.json").write_text(json.dumps(card))
+    warning = "trained behind the shield and is served without it"
+    with caplog.at_level(logging.WARNING, logger="rcb.service"):
+        ModelRunner(model, use_shield=True).load()
+        assert warning not in caplog.text
+        ModelRunner(models.cbrl_model, use_shield=False).load()
+        assert warning not in caplog.text
+        ModelRunner(model, use_shield=False).load()
+    assert warning in caplog.text

@@ -615,6 +615,9 @@ class EpochLog:
     clipped_share: float = float("nan")
     """Mean share of the actor's sampled actions whose ratio clipped at ``RATIO_MAX`` over the epoch's updates
     (:meth:`TanhGaussianPolicy.critic_action`)."""
+    shield_acted_share: float = float("nan")
+    """A run trained behind the shield (:attr:`SACConfig.train_shielded`): the share of the epoch's collected bids the
+    shield moved into its band; NaN for a run trained alone."""
 
 
 NETWORKS = ("actor", "critic", "critic_target", "encoder", "log_alpha")
@@ -878,7 +881,11 @@ def days_reference(reference: Reference | None, days: DaySet, rows: np.ndarray) 
 
 
 def for_days(bidder: Bidder, days: DaySet, rows: np.ndarray) -> Bidder:
-    """``bidder`` for episodes that play ``days[rows]`` (:func:`days_reference`); any other bidder as it is."""
+    """``bidder`` for episodes that play ``days[rows]`` (:func:`days_reference`), behind its shield if it has one;
+    any other bidder as it is."""
+    if isinstance(bidder, ShieldedBidder):
+        inner = for_days(bidder.inner, days, rows)
+        return bidder if inner is bidder.inner else ShieldedBidder(inner, bidder.gains, bidder.config)
     if isinstance(bidder, PolicyBidder) and isinstance(bidder.controller, PlanReference):
         reference = days_reference(bidder.controller, days, rows)
         return PolicyBidder(bidder.policy, bidder.stochastic, bidder.encoder, reference)
@@ -1023,6 +1030,7 @@ def train(
             PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=reference),
             training_shield(agent),
         )
+        shield_acted_share = float("nan")
         collected, oracle = play_days(
             explorer,
             days,
@@ -1032,6 +1040,8 @@ def train(
             config.regime_spread,
             bool(config.bootstrap_days),  # resolve() filled it
         )
+        if isinstance(explorer, ShieldedBidder):
+            shield_acted_share = explorer.acted_share
         played = days_reference(reference, days, episodes)
         buffer.add(collected.history, oracle, played)
         # The constraint the rewards hold the episodes to (EpisodeBuffer.sample: L * (1 + roi_margin)): the dual
@@ -1080,6 +1090,7 @@ def train(
             alpha=float(agent.log_alpha.detach().exp()),
             entropy=float(np.nanmean([s.entropy for s in stats])),
             clipped_share=float(np.nanmean([s.clipped for s in stats])),
+            shield_acted_share=shield_acted_share,
             seconds=time.perf_counter() - started,
         )
         logs.append(log)
