@@ -265,3 +265,50 @@ def test_an_unreadable_state_is_409_and_reregistering_the_episode_starts_it_anew
     assert again.status_code == 201, again.text  # as the error says: the episode starts anew
     assert client.get("/v1/campaigns/c1").json()["slot"] == 0
     assert client.post("/v1/slot-update", json=update(slot=0)).status_code == 200
+
+
+def test_while_bids_flow_a_batch_gives_the_loop_back_every_few_campaigns(models, monkeypatch):
+    """A slot boundary holds the event loop for small spans only while bids flow: between two turns of the bids it
+    validates at most ``_VALIDATE_CHUNK`` updates and builds or answers at most ``_CHUNK_WITH_BIDS`` decided states
+    (a whole model-call chunk of 128 held the loop ~10 ms, 1,024 validations 11-14 ms: the bids' tail at a boundary)."""
+    from model.state import CampaignState
+    from service import episodes as episodes_module
+    from service.routes import slot_updates as route_module
+    from service.schemas import SlotUpdate
+
+    from .app_fixtures import serving
+
+    work = {"validated": 0, "encoded": 0, "answered": 0}
+    most = dict.fromkeys(work, 0)
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            work[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    real_yield = episodes_module.Episodes.yield_to_bids
+
+    async def turn(self):
+        for name, n in work.items():
+            most[name] = max(most[name], n)
+            work[name] = 0
+        await real_yield(self)
+
+    validate = SlotUpdate.model_validate
+    monkeypatch.setattr(SlotUpdate, "model_validate", classmethod(counted("validated", validate.__func__)))
+    monkeypatch.setattr(CampaignState, "to_bytes", counted("encoded", CampaignState.to_bytes))
+    monkeypatch.setattr(episodes_module.Episodes, "_written", counted("answered", episodes_module.Episodes._written))
+    monkeypatch.setattr(episodes_module.Episodes, "yield_to_bids", turn)
+    with serving(models.cbrl_model) as c:
+        names = [f"k{i}" for i in range(300)]
+        for name in names:
+            register(c, campaign=name)
+        c.app.state.cache.bids_flowing = lambda: True
+        work.update(dict.fromkeys(work, 0))  # the registrations encoded states too
+        r = c.post("/v1/slot-update/batch", json={"updates": [update(campaign=n) for n in names]})
+        assert r.status_code == 200 and all(x["status"] == 200 for x in r.json()["results"])
+    assert 0 < most["validated"] <= route_module._VALIDATE_CHUNK
+    assert 0 < most["encoded"] <= episodes_module._CHUNK_WITH_BIDS
+    assert 0 < most["answered"] <= episodes_module._CHUNK_WITH_BIDS
