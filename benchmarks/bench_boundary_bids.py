@@ -89,8 +89,9 @@ def main() -> None:
     parser.add_argument("--bid-rate", type=float, default=1000.0)
     parser.add_argument("--rounds", type=int, default=2, help="ABBA rounds (each runs both arms twice)")
     args = parser.parse_args()
+    machine = describe_machine()  # before pinning: it counts the cores this process may use
     pin_current_process(CLIENT_CPU)
-    print(f"machine: {describe_machine()}; load average at start: {loadavg()}", flush=True)
+    print(f"machine: {machine}; load average at start: {loadavg()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-boundary-"))
     baseline = tmp / "baseline"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline], check=True)

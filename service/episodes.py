@@ -23,7 +23,6 @@ from service.ratio_cache import RatioCache
 from service.runner import Decided, ModelRunner
 from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
 from service.store import EpisodeStore, StoreBusy, Stored, StoreError, UnknownCampaign
-from service.store.base import CasItem
 
 log = logging.getLogger("rcb.service")
 
@@ -381,33 +380,25 @@ class Episodes:
             part = pending[start:stop]
             async with self._lane:
                 decided = await self.runner.decide_in_background([s for _, s in part])
-            # The loop's own work on the decided chunk (new states, their blobs; then the answers) goes in spans that
-            # are small while bids flow, as the reads' classification does: a whole chunk of 128 held the loop ~10 ms.
-            news: list[CampaignState] = []
-            writes: list[CasItem] = []
-            for a, b in self._spans(len(part)):
-                async with self._lane:
-                    for k in range(a, b):
-                        i, reported = part[k]
-                        u, new = updates[i], decided.state(k, reported)
-                        news.append(new)
-                        writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes(), read[i]))
-                if b < len(part):
-                    await self.yield_to_bids()
+                news = [decided.state(k, reported) for k, (_, reported) in enumerate(part)]
+                writes = []
+                for (i, _), new in zip(part, news, strict=True):
+                    u = updates[i]
+                    writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes(), read[i]))
             currents = await self.store.compare_and_set_many(writes)
-            for a, b in self._spans(len(part)):
-                async with self._lane:
-                    for k in range(a, b):
-                        i, current = part[k][0], currents[k]
-                        u = updates[i]
-                        if isinstance(current, UnknownCampaign):
-                            results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
-                        elif isinstance(current, StoreError):
-                            results[i] = self._unavailable_item(u, current)
-                        else:
-                            results[i] = self._written(u, news[k], current)
-                await self.yield_to_bids()
-            self._count(decided, [(k, updates[i].campaign_id) for k, (i, _) in enumerate(part) if currents[k] is None])
+            async with self._lane:
+                for (i, _), new, current in zip(part, news, currents, strict=True):
+                    u = updates[i]
+                    if isinstance(current, UnknownCampaign):
+                        results[i] = self._error_item(u, unknown_campaign(u.campaign_id))
+                    elif isinstance(current, StoreError):
+                        results[i] = self._unavailable_item(u, current)
+                    else:
+                        results[i] = self._written(u, new, current)
+                self._count(
+                    decided, [(k, updates[i].campaign_id) for k, (i, _) in enumerate(part) if currents[k] is None]
+                )
+            await self.yield_to_bids()
 
     def _unavailable_item(self, update: SlotUpdate, error: StoreError) -> BatchItem:
         """The 503 item, inside a 200 batch, of an update whose read or write the store did not take; counted."""
