@@ -615,9 +615,9 @@ class EpochLog:
     clipped_share: float = float("nan")
     """Mean share of the actor's sampled actions whose ratio clipped at ``RATIO_MAX`` over the epoch's updates
     (:meth:`TanhGaussianPolicy.critic_action`)."""
-    shield_acted_share: float = float("nan")
+    shield_acted_share: float | None = None
     """A run trained behind the shield (:attr:`SACConfig.train_shielded`): the share of the epoch's collected bids the
-    shield moved into its band; NaN for a run trained alone."""
+    shield moved into its band; None for a run trained alone."""
 
 
 NETWORKS = ("actor", "critic", "critic_target", "encoder", "log_alpha")
@@ -1030,7 +1030,7 @@ def train(
             PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=reference),
             training_shield(agent),
         )
-        shield_acted_share = float("nan")
+        shield_acted_share: float | None = None
         collected, oracle = play_days(
             explorer,
             days,
