@@ -15,8 +15,6 @@ Prints each run and the medians per arm: bid p99 during / outside the boundary a
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,7 @@ from benchmarks.bench_service import (  # noqa: E402
     LAST_SLOT,
     MODEL_DIR,
     SERVER_CPU,
+    boundary_under_bids,
     clone,
     loadavg,
     post_batches,
@@ -38,8 +37,9 @@ from benchmarks.bench_service import (  # noqa: E402
     snapshot,
 )
 from benchmarks.machine import describe_machine  # noqa: E402
+from benchmarks.timing import abba, baseline_worktree, medians  # noqa: E402
 from loadtest.run_server import ServerProcess, free_port, pin_current_process, start_process  # noqa: E402
-from loadtest.scenarios import campaign_ids, run_scenario, setup_campaigns  # noqa: E402
+from loadtest.scenarios import campaign_ids, setup_campaigns  # noqa: E402
 
 SEEDED = 200
 """Campaigns advanced to slot 47 through the API; the rest are clones of their stored states."""
@@ -54,22 +54,7 @@ def serve(tree: Path, redis_url: str) -> ServerProcess:
 
 
 def mixed(url: str, campaigns: int, bid_rate: float, duration: float) -> dict:
-    sm = run_scenario(
-        "mixed",
-        url,
-        rate=bid_rate,
-        duration=duration,
-        campaigns=campaigns,
-        campaign_prefix="b",
-        slot=LAST_SLOT,
-        batch_size=1000,
-        burst_rate=100.0,
-        burst_connections=4,
-        setup=False,
-        timeout=60.0,
-        drain_timeout=60.0,
-        seed=LAST_SLOT,
-    ).summary
+    sm = boundary_under_bids(url, campaigns, bid_rate, duration, timeout=60.0, drain_timeout=60.0)
     during, outside = sm["bid_during_burst"]["latency_ms"], sm["bid_outside_burst"]["latency_ms"]
     window = sm["burst_window_s"]
     return {
@@ -93,53 +78,45 @@ def main() -> None:
     pin_current_process(CLIENT_CPU)
     print(f"machine: {machine}; load average at start: {loadavg()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-boundary-"))
-    baseline = tmp / "baseline"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline], check=True)
-    rev = subprocess.run(["git", "-C", str(baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    trees = {f"baseline {rev.stdout.strip()}": baseline, "this tree": ROOT}
-    try:
-        with redis_single(tmp) as redis_server:
-            client = redis_server.client(10.0)
-            ids = campaign_ids(args.campaigns, "b")
-            with serve(ROOT, redis_server.url) as svc:
-                setup_campaigns(svc.url, ids[:SEEDED], rate=2000, timeout=30.0)
-                for slot in range(LAST_SLOT):
-                    post_batches(svc.url, ids[:SEEDED], slot, SEEDED, 1, seed=slot)
-            clone(client, ids[:SEEDED], ids[SEEDED:])
-            saved = snapshot(client, ids)
-            duration = 9.0
-            with serve(ROOT, redis_server.url) as svc:  # a first run sizes the bids: past the boundary's end
+    with baseline_worktree(ROOT, args.baseline) as (label, baseline), redis_single(tmp) as redis_server:
+        trees = {label: baseline, "this tree": ROOT}
+        client = redis_server.client(10.0)
+        ids = campaign_ids(args.campaigns, "b")
+        with serve(ROOT, redis_server.url) as svc:
+            setup_campaigns(svc.url, ids[:SEEDED], rate=2000, timeout=30.0)
+            for slot in range(LAST_SLOT):
+                post_batches(svc.url, ids[:SEEDED], slot, SEEDED, 1, seed=slot)
+        clone(client, ids[:SEEDED], ids[SEEDED:])
+        saved = snapshot(client, ids)
+        with serve(ROOT, redis_server.url) as svc:  # a first run sizes the bids: past the boundary's end
+            restore(client, ids, saved)
+            time.sleep(1.2)
+            first = mixed(svc.url, args.campaigns, args.bid_rate, 60.0)
+            duration = max(9.0, 2.0 * first["boundary_s"] + 6.0)
+        print(f"sizing run: boundary {first['boundary_s']:.1f} s under bids; bids run {duration:.0f} s", flush=True)
+        rows: dict[str, list[dict]] = {name: [] for name in trees}
+        for name in abba(list(trees), args.rounds):
+            with serve(trees[name], redis_server.url) as svc:
                 restore(client, ids, saved)
-                time.sleep(1.2)
-                first = mixed(svc.url, args.campaigns, args.bid_rate, 60.0)
-                duration = max(9.0, 2.0 * first["boundary_s"] + 6.0)
-            print(f"sizing run: boundary {first['boundary_s']:.1f} s under bids; bids run {duration:.0f} s", flush=True)
-            rows: dict[str, list[dict]] = {name: [] for name in trees}
-            order = [*trees, *reversed(trees)] * args.rounds  # ABBA
-            for name in order:
-                with serve(trees[name], redis_server.url) as svc:
-                    restore(client, ids, saved)
-                    time.sleep(1.2)  # past the ratio cache's TTL, like a real boundary
-                    row = mixed(svc.url, args.campaigns, args.bid_rate, duration)
-                rows[name].append(row)
-                print(
-                    f"  {name:18s} bid p99 during {row['during_p99']:.2f} ms, outside {row['outside_p99']:.2f} ms "
-                    f"({row['ratio']:.1f}x); boundary {row['boundary_s']:.1f} s; errors bid {row['bid_errors']} "
-                    f"burst {row['burst_errors']}  (load {loadavg()})",
-                    flush=True,
-                )
-            client.close()
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], check=False)
+                time.sleep(1.2)  # past the ratio cache's TTL, like a real boundary
+                row = mixed(svc.url, args.campaigns, args.bid_rate, duration)
+            rows[name].append(row)
+            print(
+                f"  {name:18s} bid p99 during {row['during_p99']:.2f} ms, outside {row['outside_p99']:.2f} ms "
+                f"({row['ratio']:.1f}x); boundary {row['boundary_s']:.1f} s; errors bid {row['bid_errors']} "
+                f"burst {row['burst_errors']}  (load {loadavg()})",
+                flush=True,
+            )
+        client.close()
     print("\n| arm | bid p99 during (median) | outside | during / outside | boundary under bids |")
     print("|:---|---:|---:|---:|---:|")
-    med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in rows.items()}
+    med = medians(rows)
     for name, m in med.items():
         print(
             f"| {name} | {m['during_p99']:.2f} ms | {m['outside_p99']:.2f} ms | {m['ratio']:.1f}x | "
             f"{m['boundary_s']:.1f} s |"
         )
-    base, this = med[next(iter(trees))], med["this tree"]
+    base, this = med[label], med["this tree"]
     print(
         f"\nthis tree / baseline: bid p99 during the boundary {this['during_p99'] / base['during_p99']:.2f}x, "
         f"boundary wall {this['boundary_s'] / base['boundary_s']:.2f}x"

@@ -20,10 +20,8 @@ import asyncio
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -120,15 +118,12 @@ def main() -> None:
     from benchmarks.machine import describe_machine
 
     print(f"machine: {describe_machine()}; load average at start: {os.getloadavg()}", flush=True)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-loop-lag-"))
-    baseline = tmp / "baseline"
-    worktree = ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(baseline), args.baseline]
-    subprocess.run(worktree, check=True)
-    rev = subprocess.run(["git", "-C", str(baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    trees = {f"baseline {rev.stdout.strip()}": baseline, "this tree": ROOT}
-    rows: dict[str, list[dict]] = {name: [] for name in trees}
-    try:
-        for name in [*trees, *reversed(trees)] * args.rounds:  # ABBA
+    from benchmarks.timing import abba, baseline_worktree, medians
+
+    with baseline_worktree(ROOT, args.baseline) as (label, baseline):
+        trees = {label: baseline, "this tree": ROOT}
+        rows: dict[str, list[dict]] = {name: [] for name in trees}
+        for name in abba(list(trees), args.rounds):
             row = run_arm(trees[name], args.campaigns)
             rows[name].append(row)
             print(
@@ -136,15 +131,13 @@ def main() -> None:
                 f"{row['over_2ms']} of {row['probes']}; batch {row['wall_s']:.2f} s  (load {os.getloadavg()[0]:.2f})",
                 flush=True,
             )
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], check=False)
     print(f"\n{args.campaigns} campaigns at slot 47, medians over {2 * args.rounds} runs per arm:\n")
     print("| arm | probe lateness p99 | max | probes over 2 ms | batch wall |")
     print("|:---|---:|---:|---:|---:|")
-    med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in rows.items()}
+    med = medians(rows)
     for name, m in med.items():
         print(f"| {name} | {m['p99_ms']:.2f} ms | {m['max_ms']:.2f} ms | {m['over_2ms']:.0f} | {m['wall_s']:.2f} s |")
-    base, this = med[next(iter(trees))], med["this tree"]
+    base, this = med[label], med["this tree"]
     print(
         f"\nthis tree / baseline: lateness p99 {this['p99_ms'] / base['p99_ms']:.2f}x, max "
         f"{this['max_ms'] / base['max_ms']:.2f}x, batch wall {this['wall_s'] / base['wall_s']:.2f}x"

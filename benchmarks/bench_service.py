@@ -456,6 +456,29 @@ def restore(client: redis.Redis, ids: list[str], saved: list[list]) -> None:
     pipe.execute()
 
 
+def boundary_under_bids(
+    url: str, campaigns: int, bid_rate: float, duration: float, timeout: float = 30.0, drain_timeout: float = 10.0
+) -> dict:
+    """The ``mixed`` scenario at slot 47 over campaigns ``b...`` already there: binary bids of 1,000 utilities at
+    ``bid_rate`` for ``duration`` s, the boundary in batches of 1,000 over 4 connections; its summary."""
+    return run_scenario(
+        "mixed",
+        url,
+        rate=bid_rate,
+        duration=duration,
+        campaigns=campaigns,
+        campaign_prefix="b",
+        slot=LAST_SLOT,
+        batch_size=1000,
+        burst_rate=100.0,
+        burst_connections=4,
+        setup=False,
+        timeout=timeout,
+        drain_timeout=drain_timeout,
+        seed=LAST_SLOT,
+    ).summary
+
+
 def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, tmp: Path) -> dict:
     log(
         f"\n== slot 47 through Redis: {n_single:,} single updates at 100/s; a {n_boundary:,}-campaign boundary "
@@ -536,22 +559,7 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
         def mixed_run() -> dict:
             restore(client, ids_boundary, saved)
             time.sleep(1.2)
-            res = run_scenario(
-                "mixed",
-                url,
-                rate=bid_rate,
-                duration=bid_duration,
-                campaigns=n_boundary,
-                campaign_prefix="b",
-                slot=LAST_SLOT,
-                batch_size=1000,
-                burst_rate=100.0,
-                burst_connections=4,
-                setup=False,
-                timeout=30.0,
-                seed=LAST_SLOT,
-            )
-            sm = res.summary
+            sm = boundary_under_bids(url, n_boundary, bid_rate, bid_duration)
             burst = sm["streams"]["burst"]
             row = {
                 "during_p99": sm["bid_during_burst"]["latency_ms"]["p99"],

@@ -1,10 +1,15 @@
-"""The timing every micro-benchmark here shares: the median wall time of a call over repeats."""
+"""The timing every micro-benchmark here shares: the median wall time of a call over repeats; a baseline revision's
+worktree and the ABBA order for benchmarks that compare this tree with it in one run."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -17,3 +22,26 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - started)
     return 1e3 * statistics.median(times)
+
+
+@contextlib.contextmanager
+def baseline_worktree(root: Path, revision: str) -> Iterator[tuple[str, Path]]:
+    """A ``git worktree`` of ``revision`` in a temporary directory, removed after: ``(label, path)``, the label
+    ``baseline <short hash>``. For benchmarks that run this tree against an earlier one in the same run."""
+    path = Path(tempfile.mkdtemp(prefix="bench-baseline-")) / "tree"
+    subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(path), revision], check=True)
+    try:
+        short = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        yield f"baseline {short.stdout.strip()}", path
+    finally:
+        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(path)], check=False)
+
+
+def abba(arms: Sequence[str], rounds: int) -> list[str]:
+    """The order to run two arms in: A B B A, ``rounds`` times (drift in the machine falls on both alike)."""
+    return [*arms, *reversed(arms)] * rounds
+
+
+def medians(rows: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per arm, the median over its runs of every figure its rows hold."""
+    return {arm: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for arm, runs in rows.items()}
