@@ -997,7 +997,8 @@ def train(
         agent.load_state(state)
     elif init is not None:
         agent.load_networks(init)
-    buffer = EpisodeBuffer(config.buffer_episodes, agent.controller, training_shield(agent))
+    shield = training_shield(agent)  # the explorer's and the buffer's (model selection asks greedy_scores for its own)
+    buffer = EpisodeBuffer(config.buffer_episodes, agent.controller, shield)
     train_days, validation_days = split_validation(days, config.validation_fraction, config.validation_fold)
     if config.selection_days == "home":
         validation_days = home_market_days(days, validation_days)
@@ -1027,10 +1028,8 @@ def train(
         if scales is not None and reference is not None:  # SACConfig: reference_spread needs a residual run
             reference = ScaledReference(reference, scales)
         explorer = behind(
-            PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=reference),
-            training_shield(agent),
+            PolicyBidder(agent.actor, stochastic=True, encoder=agent.encoder, controller=reference), shield
         )
-        shield_acted_share: float | None = None
         collected, oracle = play_days(
             explorer,
             days,
@@ -1040,8 +1039,7 @@ def train(
             config.regime_spread,
             bool(config.bootstrap_days),  # resolve() filled it
         )
-        if isinstance(explorer, ShieldedBidder):
-            shield_acted_share = explorer.acted_share
+        shield_acted_share = explorer.acted_share if isinstance(explorer, ShieldedBidder) else None
         played = days_reference(reference, days, episodes)
         buffer.add(collected.history, oracle, played)
         # The constraint the rewards hold the episodes to (EpisodeBuffer.sample: L * (1 + roi_margin)): the dual
