@@ -1,4 +1,5 @@
-"""Bids during a slot boundary: this tree's service against a baseline revision's, ABBA, in one run.
+"""Bids during a slot boundary: this tree's service against a baseline revision's (or against itself with a setting
+changed), ABBA, in one run.
 
 One ``redis-server`` holds ``--campaigns`` campaigns at slot 47 (a few advanced through the API, cloned under more
 ids). Each arm is a fresh uvicorn (one worker, pinned to CPU 0 with Redis) serving ``models/default`` from its own
@@ -8,6 +9,7 @@ per second over all campaigns, the boundary in batches of 1,000 over 4 connectio
 bids outlast the boundary by a margin measured on a first run, so every run has bids outside it.
 
     .venv/bin/python benchmarks/bench_boundary_bids.py --baseline HEAD~1
+    .venv/bin/python benchmarks/bench_boundary_bids.py --with-env RCB_DECISION_PROCESS=1   # this tree, setting on/off
 
 Prints each run and the medians per arm: bid p99 during / outside the boundary and their ratio, boundary wall time.
 """
@@ -15,9 +17,11 @@ Prints each run and the medians per arm: bid p99 during / outside the boundary a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,12 +49,26 @@ SEEDED = 200
 """Campaigns advanced to slot 47 through the API; the rest are clones of their stored states."""
 
 
-def serve(tree: Path, redis_url: str) -> ServerProcess:
+def serve(tree: Path, redis_url: str, extra_env: dict[str, str] | None = None) -> ServerProcess:
     port = free_port()
     cmd = [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
     env = {"RCB_MODEL_DIR": str(MODEL_DIR), "RCB_STORE": redis_url, "RCB_LOG_LEVEL": "WARNING", "PYTHONPATH": str(tree)}
+    env |= extra_env or {}
     return start_process(cmd, port, cpu=SERVER_CPU, ready_path="/readyz", env=env, cwd=tree, ready_timeout=60)
+
+
+@contextlib.contextmanager
+def arms(baseline: str | None, with_env: str | None) -> Iterator[tuple[str, dict[str, tuple[Path, dict[str, str]]]]]:
+    """``(the baseline arm's name, {arm: (tree, environment)})``: a worktree of ``baseline`` against this tree, or
+    this tree as it is against this tree with ``with_env`` (``KEY=VALUE``) set."""
+    if with_env is not None:
+        key, _, value = with_env.partition("=")
+        yield "as it is", {"as it is": (ROOT, {}), "this tree": (ROOT, {key: value})}
+        return
+    assert baseline is not None
+    with baseline_worktree(ROOT, baseline) as (label, tree):
+        yield label, {label: (tree, {}), "this tree": (ROOT, {})}
 
 
 def mixed(url: str, campaigns: int, bid_rate: float, duration: float) -> dict:
@@ -69,7 +87,9 @@ def mixed(url: str, campaigns: int, bid_rate: float, duration: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--baseline", required=True, help="the git revision to compare with (a worktree of it)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--baseline", help="the git revision to compare with (a worktree of it)")
+    which.add_argument("--with-env", help="KEY=VALUE: compare this tree with it set against this tree without it")
     parser.add_argument("--campaigns", type=int, default=4000)
     parser.add_argument("--bid-rate", type=float, default=1000.0)
     parser.add_argument("--rounds", type=int, default=2, help="ABBA rounds (each runs both arms twice)")
@@ -78,8 +98,11 @@ def main() -> None:
     pin_current_process(CLIENT_CPU)
     print(f"machine: {machine}; load average at start: {loadavg()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-boundary-"))
-    with baseline_worktree(ROOT, args.baseline) as (label, baseline), redis_single(tmp) as redis_server:
-        trees = {label: baseline, "this tree": ROOT}
+    if args.with_env is not None and "=" not in args.with_env:
+        parser.error("--with-env takes KEY=VALUE")
+    with arms(args.baseline, args.with_env) as (label, trees), redis_single(tmp) as redis_server:
+        if args.with_env:
+            print(f"arms: this tree as it is, and with {args.with_env}", flush=True)
         client = redis_server.client(10.0)
         ids = campaign_ids(args.campaigns, "b")
         with serve(ROOT, redis_server.url) as svc:
@@ -96,7 +119,8 @@ def main() -> None:
         print(f"sizing run: boundary {first['boundary_s']:.1f} s under bids; bids run {duration:.0f} s", flush=True)
         rows: dict[str, list[dict]] = {name: [] for name in trees}
         for name in abba(list(trees), args.rounds):
-            with serve(trees[name], redis_server.url) as svc:
+            tree, env = trees[name]
+            with serve(tree, redis_server.url, env) as svc:
                 restore(client, ids, saved)
                 time.sleep(1.2)  # past the ratio cache's TTL, like a real boundary
                 row = mixed(svc.url, args.campaigns, args.bid_rate, duration)

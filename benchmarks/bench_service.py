@@ -570,6 +570,9 @@ def slot_boundaries(n_single: int, n_boundary: int, bid_rate: float, reps: int, 
                 "burst_errors": burst["errors"],
                 "burst_wall_s": burst["burst_wall_s"],
             }
+            kinds = {"bid": sm["streams"]["bid"].get("error_counts"), "burst": burst.get("error_counts")}
+            if any(kinds.values()):
+                log(f"    errors by kind: {kinds}")
             if row["during_p99"] is None or row["outside_p99"] is None:
                 raise RuntimeError("the mixed scenario had no bid during or outside the burst; lengthen the bids")
             row["ratio"] = row["during_p99"] / row["outside_p99"]
