@@ -9,7 +9,7 @@ per second over all campaigns, the boundary in batches of 1,000 over 4 connectio
 bids outlast the boundary by a margin measured on a first run, so every run has bids outside it.
 
     .venv/bin/python benchmarks/bench_boundary_bids.py --baseline HEAD~1
-    .venv/bin/python benchmarks/bench_boundary_bids.py --with-env RCB_DECISION_PROCESS=1   # this tree, setting on/off
+    .venv/bin/python benchmarks/bench_boundary_bids.py --with-env RCB_ONNX_THREADS=2   # this tree, a setting changed
 
 Prints each run and the medians per arm: bid p99 during / outside the boundary and their ratio, boundary wall time.
 """
@@ -17,11 +17,9 @@ Prints each run and the medians per arm: bid p99 during / outside the boundary a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +39,7 @@ from benchmarks.bench_service import (  # noqa: E402
     snapshot,
 )
 from benchmarks.machine import describe_machine  # noqa: E402
-from benchmarks.timing import abba, baseline_worktree, medians  # noqa: E402
+from benchmarks.timing import abba, compared_arms, medians  # noqa: E402
 from loadtest.run_server import ServerProcess, free_port, pin_current_process, start_process  # noqa: E402
 from loadtest.scenarios import campaign_ids, setup_campaigns  # noqa: E402
 
@@ -56,19 +54,6 @@ def serve(tree: Path, redis_url: str, extra_env: dict[str, str] | None = None) -
     env = {"RCB_MODEL_DIR": str(MODEL_DIR), "RCB_STORE": redis_url, "RCB_LOG_LEVEL": "WARNING", "PYTHONPATH": str(tree)}
     env |= extra_env or {}
     return start_process(cmd, port, cpu=SERVER_CPU, ready_path="/readyz", env=env, cwd=tree, ready_timeout=60)
-
-
-@contextlib.contextmanager
-def arms(baseline: str | None, with_env: str | None) -> Iterator[tuple[str, dict[str, tuple[Path, dict[str, str]]]]]:
-    """``(the baseline arm's name, {arm: (tree, environment)})``: a worktree of ``baseline`` against this tree, or
-    this tree as it is against this tree with ``with_env`` (``KEY=VALUE``) set."""
-    if with_env is not None:
-        key, _, value = with_env.partition("=")
-        yield "as it is", {"as it is": (ROOT, {}), "this tree": (ROOT, {key: value})}
-        return
-    assert baseline is not None
-    with baseline_worktree(ROOT, baseline) as (label, tree):
-        yield label, {label: (tree, {}), "this tree": (ROOT, {})}
 
 
 def mixed(url: str, campaigns: int, bid_rate: float, duration: float) -> dict:
@@ -100,7 +85,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-boundary-"))
     if args.with_env is not None and "=" not in args.with_env:
         parser.error("--with-env takes KEY=VALUE")
-    with arms(args.baseline, args.with_env) as (label, trees), redis_single(tmp) as redis_server:
+    with compared_arms(ROOT, args.baseline, args.with_env) as (label, trees), redis_single(tmp) as redis_server:
         if args.with_env:
             print(f"arms: this tree as it is, and with {args.with_env}", flush=True)
         client = redis_server.client(10.0)

@@ -9,6 +9,7 @@ it got it: the wait a bid arriving at that moment would have had before its own 
 generator, so the figure is the service's own, less exposed to a noisy VM than an HTTP run (``bench_service.py``).
 
     .venv/bin/python benchmarks/bench_loop_lag.py --baseline HEAD~1
+    .venv/bin/python benchmarks/bench_loop_lag.py --with-env RCB_ONNX_THREADS=2   # this tree, a setting changed
 
 Prints each run and, per arm, the medians over runs of the probe's p99 and max lateness and of the batch's wall time.
 """
@@ -93,8 +94,8 @@ async def child(campaigns: int, model_dir: str) -> dict:
     }
 
 
-def run_arm(tree: Path, campaigns: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def run_arm(tree: Path, campaigns: int, extra_env: dict[str, str]) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree), **extra_env}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--campaigns", str(campaigns)]
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -105,6 +106,7 @@ def run_arm(tree: Path, campaigns: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", help="the git revision to compare with (a worktree of it)")
+    parser.add_argument("--with-env", help="KEY=VALUE: compare this tree with it set against this tree without it")
     parser.add_argument("--campaigns", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2, help="ABBA rounds (each runs both arms twice)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -112,19 +114,19 @@ def main() -> None:
     if args.child:
         print(json.dumps(asyncio.run(child(args.campaigns, str(ROOT / "models" / "default")))))
         return
-    if not args.baseline:
-        parser.error("--baseline is required")
+    if bool(args.baseline) == bool(args.with_env) or (args.with_env and "=" not in args.with_env):
+        parser.error("give --baseline REV or --with-env KEY=VALUE (one of them)")
     sys.path.insert(0, str(ROOT))
     from benchmarks.machine import describe_machine
 
     print(f"machine: {describe_machine()}; load average at start: {os.getloadavg()}", flush=True)
-    from benchmarks.timing import abba, baseline_worktree, medians
+    from benchmarks.timing import abba, compared_arms, medians
 
-    with baseline_worktree(ROOT, args.baseline) as (label, baseline):
-        trees = {label: baseline, "this tree": ROOT}
+    with compared_arms(ROOT, args.baseline, args.with_env) as (label, trees):
         rows: dict[str, list[dict]] = {name: [] for name in trees}
         for name in abba(list(trees), args.rounds):
-            row = run_arm(trees[name], args.campaigns)
+            tree, env = trees[name]
+            row = run_arm(tree, args.campaigns, env)
             rows[name].append(row)
             print(
                 f"  {name:18s} probe lateness p99 {row['p99_ms']:.2f} ms, max {row['max_ms']:.2f} ms, over 2 ms "

@@ -45,3 +45,18 @@ def abba(arms: Sequence[str], rounds: int) -> list[str]:
 def medians(rows: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Per arm, the median over its runs of every figure its rows hold."""
     return {arm: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for arm, runs in rows.items()}
+
+
+@contextlib.contextmanager
+def compared_arms(
+    root: Path, baseline: str | None, with_env: str | None
+) -> Iterator[tuple[str, dict[str, tuple[Path, dict[str, str]]]]]:
+    """``(the baseline arm's name, {arm: (tree, environment)})``: a worktree of ``baseline`` against this tree, or
+    this tree as it is against this tree with ``with_env`` (``KEY=VALUE``) set."""
+    if with_env is not None:
+        key, _, value = with_env.partition("=")
+        yield "as it is", {"as it is": (root, {}), "this tree": (root, {key: value})}
+        return
+    assert baseline is not None
+    with baseline_worktree(root, baseline) as (label, tree):
+        yield label, {label: (tree, {}), "this tree": (root, {})}

@@ -56,9 +56,6 @@ class Settings(BaseSettings):
     """Most campaign ids one columnar /v1/bid call may carry (each is checked and looked up)."""
     max_batch_updates: int = Field(default=20_000, gt=0)
     """Most campaigns one /v1/slot-update/batch call may carry."""
-    decision_process: bool = False
-    """Decide slot-update batches in a child process of the lowest CPU priority (``service/decision_process.py``)
-    instead of a nice-19 thread of the serving process: the batch's Python no longer holds the bids' GIL."""
     onnx_threads: int = Field(default=1, gt=0)
     """onnxruntime intra-op threads per session (1: predictable latency; scale out by processes)."""
     metrics_campaign_limit: int = Field(default=10_000, ge=0)

@@ -29,19 +29,12 @@ log = logging.getLogger("rcb.service")
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings, metrics = app.state.settings, app.state.metrics
     runner = ModelRunner(
-        settings.model_dir,
-        onnx_threads=settings.onnx_threads,
-        use_shield=settings.shield,
-        on_load=metrics.set_model,
-        decision_process=settings.decision_process,
-        on_process_failure=metrics.decision_process_failures.inc,
+        settings.model_dir, onnx_threads=settings.onnx_threads, use_shield=settings.shield, on_load=metrics.set_model
     )
     try:
         await to_thread.run_sync(runner.load)
     except ArtifactError as exc:
         log.error("model not loaded: the fallback controller decides", extra={"error": str(exc)})
-    if runner.process is not None and runner.loaded:
-        await to_thread.run_sync(runner.process.warm, runner.model_dir, runner.version)
     if not runner.loaded:
         metrics.set_model(runner.version, loaded=False)
     store = await open_store(
@@ -67,7 +60,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         with suppress(Exception):
             await store.aclose()
-        runner.close()
         log.info("service stopped")
 
 

@@ -67,11 +67,6 @@ class Metrics:
         self.store_up = Gauge(
             "rcb_store_up", "1 when the store answered its last command or ping, 0 after a failure", registry=r
         )
-        self.decision_process_failures = Counter(
-            "rcb_decision_process_failures_total",
-            "Slot-batch chunks the decision process could not decide (each decided on the batch thread instead)",
-            registry=r,
-        )
         self.store_busy = Counter(
             "rcb_store_busy_total",
             "Slot updates and bid reads the store never saw (one each): every connection of this process busy",

@@ -33,7 +33,6 @@ from model.planner import Depth
 from model.policy import Decision, NoiseKey, Policy, slot_groups
 from model.shield import ShieldConfig, shield
 from model.state import CampaignState, stack_histories
-from service.decision_process import DecisionProcess
 
 log = logging.getLogger("rcb.service")
 
@@ -93,8 +92,6 @@ class ModelRunner:
         onnx_threads: int = 1,
         use_shield: bool = False,
         on_load: Callable[[str, bool], None] | None = None,
-        decision_process: bool = False,
-        on_process_failure: Callable[[], None] | None = None,
     ):
         self.model_dir = Path(model_dir)
         self.onnx_threads = onnx_threads
@@ -115,10 +112,6 @@ class ModelRunner:
         self.policy: Policy | None = None
         self.version: str = FALLBACK_VERSION
         self.load_error: str | None = None
-        self.process = DecisionProcess(onnx_threads, use_shield) if decision_process else None
-        """Where slot batches are decided when set (:mod:`service.decision_process`); else the nice-19 thread."""
-        self.on_process_failure = on_process_failure
-        """Called for each batch the decision process could not decide (the service's metrics)."""
 
     @property
     def loaded(self) -> bool:
@@ -260,41 +253,16 @@ class ModelRunner:
         if self._reload_gate is None:  # made on the loop that uses it
             self._reload_gate = asyncio.Lock()
         async with self._reload_gate:
-            previous, version = await to_thread.run_sync(self.reload, model_dir)
-            if self.process is not None:  # the child loads it now, not at the next slot boundary
-                with self._lock:
-                    directory = self.model_dir
-                await to_thread.run_sync(self.process.warm, directory, version)
-            return previous, version
+            return await to_thread.run_sync(self.reload, model_dir)
 
     async def decide_async(self, states: Sequence[CampaignState]) -> Decided:
         return await to_thread.run_sync(self.decide, list(states))
 
     async def decide_in_background(self, states: Sequence[CampaignState]) -> Decided:
-        """:meth:`decide` for slot-boundary batches, off the bids' way: in the decision process where the service runs
-        one (:mod:`service.decision_process`), else on a thread of the lowest CPU priority (nice 19), where on a busy
-        core the kernel runs the bids' thread first and onnxruntime releases the GIL while the encoder runs. A batch
-        the process cannot answer is decided on the thread."""
-        states = list(states)
-        with self._lock:
-            loaded, version, directory = self.policy is not None, self.version, self.model_dir
-        if self.process is not None and loaded and self.process.usable(version):
-            try:
-                return await self.process.decide(directory, version, states)
-            except Exception as exc:
-                log.error(
-                    "the decision process could not decide a slot batch; the batch thread decides it",
-                    extra={"error": repr(exc), "model_version": version},
-                )
-                if self.on_process_failure is not None:
-                    self.on_process_failure()
+        """:meth:`decide` on a thread of the lowest CPU priority (nice 19), for slot-boundary batches: on a busy core
+        the kernel runs the bids' thread first, and onnxruntime releases the GIL while the encoder runs."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(_background_pool(), self.decide, states)
-
-    def close(self) -> None:
-        """Stop the decision process, if any (the service's shutdown)."""
-        if self.process is not None:
-            self.process.close(wait=True)
+        return await loop.run_in_executor(_background_pool(), self.decide, list(states))
 
 
 _BACKGROUND: ThreadPoolExecutor | None = None

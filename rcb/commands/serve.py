@@ -26,7 +26,6 @@ class _Overrides(TypedDict, total=False):
     store: str
     api_token: SecretStr
     shield: bool
-    decision_process: bool
     log_level: str
 
 
@@ -55,14 +54,6 @@ def serve_command(
             help="Bound the model's ratios with the safety shield. Default: $RCB_SHIELD, else on.",
         ),
     ] = None,
-    decision_process: Annotated[
-        bool | None,
-        typer.Option(
-            "--decision-process/--no-decision-process",
-            help="Decide slot-update batches in a child process of the lowest CPU priority, off the bids' "
-            "interpreter. Default: $RCB_DECISION_PROCESS, else off.",
-        ),
-    ] = None,
     log_level: Annotated[
         str | None,
         typer.Option("--log-level", help="debug, info, warning or error. Default: $RCB_LOG_LEVEL, else info."),
@@ -85,8 +76,6 @@ def serve_command(
         overrides["api_token"] = SecretStr(token)
     if shield is not None:
         overrides["shield"] = shield
-    if decision_process is not None:
-        overrides["decision_process"] = decision_process
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
@@ -111,7 +100,6 @@ def serve_command(
         "RCB_STORE": settings.store,
         "RCB_LOG_LEVEL": settings.log_level,
         "RCB_SHIELD": "1" if settings.shield else "0",
-        "RCB_DECISION_PROCESS": "1" if settings.decision_process else "0",
     }
     os.environ.update(env)
     if settings.api_token is not None:

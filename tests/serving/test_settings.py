@@ -22,7 +22,6 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         "RCB_LOG_LEVEL",
         "RCB_MODEL_DIR",
         "RCB_SHIELD",
-        "RCB_DECISION_PROCESS",
         "STORE",
     ):
         monkeypatch.setenv(name, "")
@@ -196,20 +195,3 @@ def test_the_listen_check_binds_every_address_of_a_host_with_one_worker(monkeypa
         with pytest.raises(typer.Exit):
             _check_can_listen("dual.test", port, workers=1)
         _check_can_listen("dual.test", port, workers=2)  # IPv4 only: no conflict for uvicorn's socket
-
-
-def test_rcb_serve_hands_the_decision_process_setting_to_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    import uvicorn
-
-    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
-    assert Settings().decision_process is False
-    assert CliRunner().invoke(app, ["serve"]).exit_code == 0
-    assert os.environ["RCB_DECISION_PROCESS"] == "0"
-    monkeypatch.setenv("RCB_DECISION_PROCESS", "true")
-    assert Settings().decision_process is True
-    assert CliRunner().invoke(app, ["serve"]).exit_code == 0
-    assert os.environ["RCB_DECISION_PROCESS"] == "1"
-    assert CliRunner().invoke(app, ["serve", "--no-decision-process"]).exit_code == 0
-    assert os.environ["RCB_DECISION_PROCESS"] == "0"
