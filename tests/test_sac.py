@@ -530,3 +530,32 @@ def test_train_shielded_needs_a_residual_run_around_the_pid():
         SACConfig(algo="crl", train_shielded=True)
     with pytest.raises(ValueError, match="train_shielded needs a residual run around the PID"):
         SACConfig(algo="cbrl", train_shielded=True, reference_spread=0.2)
+
+
+def test_a_run_trained_behind_the_shield_records_its_band():
+    """The band a ``train_shielded`` run trains behind is recorded when it starts (``SACConfig.resolve``), read back
+    by ``training_band`` (the defaults for a run that predates the record) and used by ``training_shield``; a run
+    trained alone records none, and a band without ``train_shielded`` or an invalid one is refused."""
+    from dataclasses import asdict
+
+    from model.shield import ShieldConfig
+    from training.agents.sac import training_band, training_shield
+
+    gains, controller = _gains_and_controller()
+    config = SACConfig(algo="cbrl", controller=controller, hidden=16, train_shielded=True).resolve("sc")
+    assert config.train_shield == asdict(ShieldConfig())
+    alone = SACConfig(algo="cbrl", controller=controller, hidden=16).resolve("sc")
+    assert alone.train_shield is None and training_band(alone.to_dict()) is None
+    narrow = {**asdict(ShieldConfig()), "wide": 0.4}
+    kept = SACConfig(algo="cbrl", controller=controller, hidden=16, train_shielded=True, train_shield=narrow)
+    assert kept.resolve("sc").train_shield == narrow  # a recorded band is kept, not reset to the defaults
+    assert training_band(kept.to_dict()) == ShieldConfig(wide=0.4)
+    assert training_shield(SACAgent(kept)) == (gains, ShieldConfig(wide=0.4))
+    before_the_record = {**kept.to_dict(), "train_shield": None}
+    assert training_band(before_the_record) == ShieldConfig()
+    with pytest.raises(ValueError, match="train_shield is the band of a train_shielded run"):
+        SACConfig(algo="cbrl", controller=controller, train_shield=narrow)
+    with pytest.raises(ValueError, match="train_shield is not a shield band"):
+        SACConfig(algo="cbrl", controller=controller, train_shielded=True, train_shield={"wide": 0.1, "tight": 0.5})
+    with pytest.raises(ValueError, match="train_shield is not a shield band"):
+        SACConfig(algo="cbrl", controller=controller, train_shielded=True, train_shield={"nonsense": 1.0})

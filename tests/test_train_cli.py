@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from model.shield import ShieldConfig
 from rcb.cli import app
 from training.market.generator import config_with, generate_market
 
@@ -1189,7 +1191,23 @@ def test_bootstrap_belief_is_for_cbrl_and_kept_on_resume(market: Path, tmp_path:
     assert json.loads((out / "run.json").read_text())["config"]["bootstrap_belief"] == "ahead"
 
 
-def test_train_shielded_is_for_residual_runs_and_kept_on_resume(market: Path, tmp_path: Path):
+@dataclass(frozen=True)
+class _NarrowerDefaults(ShieldConfig):
+    """The shield's defaults as a later version of the code might have them."""
+
+    wide: float = 0.5
+
+
+def test_train_shielded_is_for_residual_runs_and_kept_on_resume(
+    market: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from model.artifact import read_card
+    from training.agents import sac
+    from training.evaluate import EvaluationError, shield_config
+    from training.export import TRAINED_BEHIND
+    from training.shield_calibration import calibrate
+    from training.train import RunError, load_ensemble_bidder, load_run_bidder
+
     out = tmp_path / "run"
     args = ["train", "--data", str(market), "--setting", "sc", "--updates-per-epoch", "2", "--selection-seeds", "1"]
     refused = runner.invoke(app, [*args, "--algo", "crl", "--train-shielded", "--out", str(out)])
@@ -1199,6 +1217,27 @@ def test_train_shielded_is_for_residual_runs_and_kept_on_resume(market: Path, tm
     body = json.loads((out / "run.json").read_text())
     assert body["config"]["train_shielded"] is True
     assert 0 <= body["history"][0]["shield_acted_share"] <= 1  # the share of collected bids the shield moved
+    assert body["config"]["train_shield"] == asdict(ShieldConfig())  # the band it started behind, recorded
+    # the code's defaults move after the run started: the resumed run keeps its band, a new run takes the new one
+    monkeypatch.setattr(sac, "ShieldConfig", _NarrowerDefaults)
     resumed = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "2", "--resume", "--out", str(out)])
     assert resumed.exit_code == 0, resumed.output
-    assert json.loads((out / "run.json").read_text())["config"]["train_shielded"] is True
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert config["train_shielded"] is True and config["train_shield"] == asdict(ShieldConfig())
+    fresh = tmp_path / "fresh"
+    started = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "1", "--train-shielded", "--out", str(fresh)])
+    assert started.exit_code == 0, started.output
+    assert json.loads((fresh / "run.json").read_text())["config"]["train_shield"]["wide"] == 0.5
+    # what plays it and what it exports keep its band: rcb evaluate's shield:, the card, and no trust on top
+    bidder, _ = load_run_bidder(fresh)
+    assert shield_config(bidder) == ShieldConfig(wide=0.5)
+    model = tmp_path / "model"
+    exported = runner.invoke(app, ["export", "--run", str(fresh), "--out", str(model), "--json"])
+    assert exported.exit_code == 0, exported.output
+    card = read_card(model)
+    assert card.shield is not None and card.shield.chosen_by == TRAINED_BEHIND
+    assert card.shield_config() == ShieldConfig(wide=0.5) and card.shield.config["wide"] == 0.5
+    with pytest.raises(EvaluationError, match="trained behind the shield"):
+        calibrate(model, market)
+    with pytest.raises(RunError, match="different shield bands"):
+        load_ensemble_bidder([out, fresh])

@@ -630,9 +630,13 @@ def market_shield_gains(
 
 
 def shield_config(inner: Bidder) -> ShieldConfig:
-    """The band around ``inner``, as the service would run it: an exported model's card (its ``shield`` section),
-    else the defaults."""
-    return inner.artifact.shield_config() if isinstance(inner, OnnxBidder) else ShieldConfig()
+    """The band around ``inner``, as the service would run it: an exported model's card (its ``shield`` section); a
+    run (or ensemble) trained behind the shield, the band it trained behind (its export writes it on the card); else
+    the defaults."""
+    if isinstance(inner, OnnxBidder):
+        return inner.artifact.shield_config()
+    trained_behind = getattr(inner, "shield_band", None)
+    return trained_behind if isinstance(trained_behind, ShieldConfig) else ShieldConfig()
 
 
 def method_bidder(

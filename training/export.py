@@ -27,7 +27,7 @@ import logging
 import pickle
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,7 @@ from model.artifact import (
     GraphSpec,
     ModelCard,
     PlannerInfo,
+    ShieldInfo,
     TrainingInfo,
     code_features,
     file_sha256,
@@ -69,7 +70,7 @@ from model.trajectory import prefix_mask, transitions
 from training.agents.encoder import PosteriorEncoder
 from training.agents.ensemble import EnsembleEncoder
 from training.agents.networks import TanhGaussianPolicy
-from training.agents.sac import reference_of
+from training.agents.sac import reference_of, training_band
 from training.bidders.onnx import OnnxBidder
 from training.encoder_graph import encoder_graph
 from training.files import atomic_write_text, built_beside
@@ -468,8 +469,21 @@ def _card(
         files=files,
         training=provenance.training,
         evaluation=provenance.evaluation,
+        shield=trained_shield(provenance.training.config),
         producer={"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
     )
+
+
+TRAINED_BEHIND = "training: the band the run trained behind (train_shielded)"
+"""The card's ``shield.chosen_by`` for a model trained behind the shield."""
+
+
+def trained_shield(config: dict[str, Any]) -> ShieldInfo | None:
+    """The card's ``shield`` section for a run trained behind the shield: every field of the band it trained behind
+    (:func:`training.agents.sac.training_band`), so the service and ``shield:onnx:`` run that band whatever the code's
+    defaults become; None for a run trained alone (the defaults)."""
+    band = training_band(config)
+    return None if band is None else ShieldInfo(config=asdict(band), chosen_by=TRAINED_BEHIND)
 
 
 def record_figures(model_dir: Path, measured: dict[str, Any]) -> ModelCard:

@@ -51,6 +51,7 @@ TRAINING_CHOICES: dict[str, Any] = {
     "reference": "pid",
     "bootstrap_belief": "shared",
     "train_shielded": False,
+    "train_shield": None,
 }
 """Choices of what is learned that ``rcb train --resume`` keeps when they are not given, by ``SACConfig`` field,
 with what a run recorded before the option existed did. (``n_step`` and ``correction_penalty`` are kept too;

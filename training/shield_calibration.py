@@ -113,6 +113,12 @@ def calibrate(model_dir: Path, market_dir: Path, seeds: int = 5) -> Calibration:
     """Play ``model_dir`` on ``market_dir``'s validation days behind each trust of the ladder, then apply the rule.
     The other fields of the band are the card's."""
     card = read_card(model_dir)
+    if card.training.config.get("train_shielded"):
+        raise EvaluationError(
+            f"{model_dir} was trained behind the shield: its critics valued only the proposals its band let through,"
+            " so a trust that widens the band would bid proposals nobody valued; it is served in the band it trained"
+            " behind"
+        )
     base = replace(card.shield_config(), trust=0.0)
     configs = [(row_name(t), replace(base, trust=t)) for t in TRUST_LADDER]
     _, episodes = sweep(market_dir, SPLIT, card.setting, f"{ONNX_PREFIX}{model_dir}", configs, seeds)

@@ -45,6 +45,7 @@ from training.agents.sac import (
     check_networks_fit,
     reference_of,
     train,
+    training_band,
     transition_dim,
 )
 from training.dayset import DaySet
@@ -571,8 +572,14 @@ def load_ensemble_bidder(
         actor, encoder = ensemble_of([m.policy for m, _ in members], [m.encoder for m, _ in members])
     except ValueError as exc:
         raise RunError(f"{', '.join(str(r) for r in runs)}: {exc}") from None
+    if len({repr(m.shield_band) for m, _ in members}) != 1:
+        raise RunError(
+            f"the ensemble's runs were trained behind different shield bands: {', '.join(str(r) for r in runs)}"
+        )
     controller = members[0][0].controller
-    return PolicyBidder(actor, stochastic=False, encoder=encoder, controller=controller), bodies  # type: ignore[arg-type]
+    bidder = PolicyBidder(actor, stochastic=False, encoder=encoder, controller=controller)  # type: ignore[arg-type]
+    bidder.shield_band = members[0][0].shield_band
+    return bidder, bodies
 
 
 def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
@@ -594,6 +601,8 @@ def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
         encoder.load_state_dict(saved["encoder"])
         encoder.eval()
     policy.eval()
-    return PolicyBidder(
+    bidder = PolicyBidder(
         policy, stochastic=False, encoder=encoder, controller=reference_of(residual, config.get("controller"))
     )
+    bidder.shield_band = training_band(config)
+    return bidder

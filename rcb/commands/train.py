@@ -461,6 +461,7 @@ def train_command(
                 "select_from": select_from,
                 "init_from": None if init_from is None else str(init_from),
                 "train_shielded": train_shielded,
+                "train_shield": None,  # not an option: a run records the band it starts behind (SACConfig.resolve)
             }
             for option, name in (
                 ("--relaxed-stages/--no-relaxed-stages", "relaxed_stages"),
@@ -472,8 +473,10 @@ def train_command(
                 raise ValueError(f"--bootstrap-belief is for cbrl (its posterior encoder); {algo.value} has none")
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key in overrides:  # --epochs too: a run resumed without it continues to the epochs it planned
-                    if not _given(ctx, key):
+                    if key == "train_shield" or not _given(ctx, key):
                         overrides[key] = resumed.get(key, RESUMED_CHOICES.get(key))
+                if not overrides["train_shielded"]:  # trained alone from here on: no band to keep
+                    overrides["train_shield"] = None
             if finished and select_from is None and _default_select_from_when_started(finished):
                 # the default depends on the epochs a run started with: a run grown by --resume keeps its own
                 overrides["select_from"] = finished["config"]["select_from"]

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from model.artifact import as_config
 from model.contract import RATIO_MAX, SLOTS_PER_DAY, Setting
 from model.controller import GAIN_FIELDS, ControllerGains, Reference
 from model.features import obs_dim, observation_sequence
@@ -288,6 +289,11 @@ class SACConfig:
     actor and the critics' targets read a sampled action at the ratio the shield would have let through (as at
     ``RATIO_MAX``: no gradient beyond the band), so the critics value the shielded policy that is served; model
     selection scores shielded play. False: trained alone, shielded only where it is played (the default)."""
+    train_shield: dict[str, float] | None = None
+    """The band a ``train_shielded`` run trains and is selected behind, every :class:`model.shield.ShieldConfig`
+    field: :meth:`resolve` records the defaults of the day the run starts, and a resumed run keeps them, as do
+    ``rcb evaluate``'s ``shield:`` and the exported card (its ``shield`` section), so a later change of the defaults
+    does not move the band the critics valued. None for a run trained alone."""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -307,6 +313,13 @@ class SACConfig:
                 "train_shielded needs a residual run around the PID without reference_spread (the shield's band is"
                 " centred on that controller)"
             )
+        if self.train_shield is not None:
+            if not self.train_shielded:
+                raise ValueError("train_shield is the band of a train_shielded run; this run trains alone")
+            try:
+                as_config(self.train_shield)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"train_shield is not a shield band: {exc}") from None
         if self.correction_penalty < 0:
             raise ValueError("correction_penalty must be >= 0")
         if self.correction_penalty > 0 and not self.residual:
@@ -362,6 +375,8 @@ class SACConfig:
             self.bootstrap_days = late
         if self.select_from is None:
             self.select_from = last_quarter(self.epochs) if late and self.selection_epoch == "best" else 0
+        if self.train_shielded and self.train_shield is None:
+            self.train_shield = asdict(ShieldConfig())
         self._check_select_from()
         return self
 
@@ -414,6 +429,9 @@ class PolicyBidder(Bidder):
         self.stochastic = stochastic
         self.encoder = encoder
         self.controller = controller if policy.residual else None
+        self.shield_band: ShieldConfig | None = None
+        """The band the policy was trained behind (:func:`training_band`), which ``rcb evaluate``'s ``shield:`` then
+        runs; None: trained alone (the defaults)."""
         self.seed = 0
 
     @property
@@ -940,13 +958,25 @@ def score(outcome: Outcome, days: DaySet, chosen: np.ndarray) -> float:
 
 
 def training_shield(agent: SACAgent) -> tuple[ControllerGains, ShieldConfig] | None:
-    """The shield a run is trained and selected behind (:attr:`SACConfig.train_shielded`): the default band around
-    the run's own controller, as ``rcb evaluate``'s ``shield:`` and the service centre it; None when it trains alone."""
-    if not agent.config.train_shielded:
+    """The shield a run is trained and selected behind (:attr:`SACConfig.train_shielded`): its recorded band
+    (:attr:`SACConfig.train_shield`) around the run's own controller, as ``rcb evaluate``'s ``shield:`` and the service
+    centre it; None when it trains alone."""
+    band = training_band(agent.config.to_dict())
+    if band is None:
         return None
     if not isinstance(agent.controller, ControllerGains):  # SACConfig refuses any other reference
         raise ValueError("train_shielded needs a PID reference controller")
-    return agent.controller, ShieldConfig()
+    return agent.controller, band
+
+
+def training_band(config: dict[str, Any]) -> ShieldConfig | None:
+    """The band a run's config (:meth:`SACConfig.to_dict`, or a checkpoint's) trained behind: its recorded
+    ``train_shield``, the defaults for a ``train_shielded`` run that predates the record; None for a run trained
+    alone."""
+    if not config.get("train_shielded"):
+        return None
+    recorded = config.get("train_shield")
+    return as_config(recorded) if recorded is not None else ShieldConfig()
 
 
 def behind(bidder: Bidder, shield: tuple[ControllerGains, ShieldConfig] | None) -> Bidder:
