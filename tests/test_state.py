@@ -108,6 +108,18 @@ def test_ratios_are_clipped_and_a_full_day_refuses_more_reports():
         state.reported(0, 0, 0, 0)
 
 
+def test_a_decision_keeps_the_posterior_as_exact_python_floats_and_refuses_a_nan_ratio():
+    rng = np.random.default_rng(3)
+    mean, std = rng.normal(size=40).astype(np.float32), rng.random(40).astype(np.float64)
+    state = CampaignState.new("c", "e", 1.0, None, 0).decided(np.float32(-0.5), "m", "model", mean, std)
+    assert state.next_ratio == 0.0 and type(state.next_ratio) is float
+    assert state.posterior_mean == tuple(float(v) for v in mean) and state.posterior_std == tuple(std.tolist())
+    assert all(type(v) is float for v in (*state.posterior_mean, *state.posterior_std))
+    assert CampaignState.from_bytes(state.to_bytes()) == state
+    with pytest.raises(StateError, match="next_ratio"):
+        state.decided(float("nan"), "m")
+
+
 def test_invalid_registrations_are_refused():
     with pytest.raises(ValueError):
         CampaignState.new("c", "e", 0.0, None, 0)
