@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -94,15 +93,6 @@ async def child(campaigns: int, model_dir: str) -> dict:
     }
 
 
-def run_arm(tree: Path, campaigns: int, extra_env: dict[str, str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree), **extra_env}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--campaigns", str(campaigns)]
-    out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"the run in {tree} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", help="the git revision to compare with (a worktree of it)")
@@ -120,13 +110,13 @@ def main() -> None:
     from benchmarks.machine import describe_machine
 
     print(f"machine: {describe_machine()}; load average at start: {os.getloadavg()}", flush=True)
-    from benchmarks.timing import abba, compared_arms, medians
+    from benchmarks.timing import abba, compared_arms, medians, run_in_tree
 
     with compared_arms(ROOT, args.baseline, args.with_env) as (label, trees):
         rows: dict[str, list[dict]] = {name: [] for name in trees}
         for name in abba(list(trees), args.rounds):
             tree, env = trees[name]
-            row = run_arm(tree, args.campaigns, env)
+            row = run_in_tree(Path(__file__), tree, ["--campaigns", str(args.campaigns)], env)
             rows[name].append(row)
             print(
                 f"  {name:18s} probe lateness p99 {row['p99_ms']:.2f} ms, max {row['max_ms']:.2f} ms, over 2 ms "

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -52,16 +51,6 @@ def child(latent: int, repeats: int) -> dict[str, float]:
     return {step: 1e3 * median_ms(calls[step], repeats) / n for step in STEPS}
 
 
-def run_arm(tree: Path, latent: int, repeats: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--latent", str(latent)]
-    cmd += ["--repeats", str(repeats)]
-    out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"the run in {tree} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", help="the git revision to compare with (a worktree of it)")
@@ -77,14 +66,15 @@ def main() -> None:
     if not args.baseline:
         parser.error("--baseline is required")
     from benchmarks.machine import describe_machine
-    from benchmarks.timing import abba, baseline_worktree
+    from benchmarks.timing import abba, baseline_worktree, run_in_tree
 
     print(f"machine: {describe_machine()}; load average at start: {os.getloadavg()}", flush=True)
     with baseline_worktree(ROOT, args.baseline) as (label, baseline):
         trees = {label: baseline, "this tree": ROOT}
         rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
         for name in abba(list(trees), args.rounds):
-            rows[name].append(run_arm(trees[name], args.latent, args.repeats))
+            arm = ["--latent", str(args.latent), "--repeats", str(args.repeats)]
+            rows[name].append(run_in_tree(Path(__file__), trees[name], arm))
     med = {name: {s: statistics.median(r[s] for r in runs) for s in STEPS} for name, runs in rows.items()}
     runs = 2 * args.rounds
     print(f"\nus per campaign at slot 47 ({args.latent} posterior values), medians over {runs} runs per arm:\n")

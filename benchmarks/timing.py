@@ -4,8 +4,11 @@ worktree and the ABBA order for benchmarks that compare this tree with it in one
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -60,3 +63,14 @@ def compared_arms(
     assert baseline is not None
     with baseline_worktree(root, baseline) as (label, tree):
         yield label, {label: (tree, {}), "this tree": (root, {})}
+
+
+def run_in_tree(script: Path, tree: Path, args: Sequence[str], extra_env: dict[str, str] | None = None) -> dict:
+    """``script --child ARGS`` in a process whose imports come from ``tree`` (its ``PYTHONPATH`` and working
+    directory), with ``extra_env`` set: the arm of a comparison. Its last line of output, read as JSON."""
+    env = {**os.environ, "PYTHONPATH": str(tree), **(extra_env or {})}
+    cmd = [sys.executable, str(Path(script).resolve()), "--child", *args]
+    out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"the run in {tree} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
