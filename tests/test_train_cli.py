@@ -1241,3 +1241,16 @@ def test_train_shielded_is_for_residual_runs_and_kept_on_resume(
         calibrate(model, market)
     with pytest.raises(RunError, match="different shield bands"):
         load_ensemble_bidder([out, fresh])
+    # a shielded run from before the record (no train_shield in run.json) trained behind the defaults of its day:
+    # it is still this config, finished (--skip-done) and resumable, and keeps reading as those defaults
+    monkeypatch.undo()
+    body = json.loads((out / "run.json").read_text())
+    del body["config"]["train_shield"]
+    (out / "run.json").write_text(json.dumps(body))
+    shielded = [*args, "--algo", "cbrl", "--epochs", "2", "--train-shielded", "--select-from", "0", "--skip-done"]
+    shielded += ["--json"]
+    done = runner.invoke(app, [*shielded, "--out", str(out)])
+    assert done.exit_code == 0 and json.loads(done.stdout)["already_done"] is True, done.output
+    grown = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "3", "--resume", "--out", str(out)])
+    assert grown.exit_code == 0, grown.output
+    assert json.loads((out / "run.json").read_text())["config"]["train_shield"] == asdict(ShieldConfig())

@@ -389,6 +389,12 @@ def config_differences(
         if key in ignore:
             continue
         kept = recorded_choice(recorded, key)
+        if key == "train_shield":  # a shielded run from before the record trained behind the defaults: compare bands
+            shielded = recorded_choice(recorded, "train_shielded")
+            kept_band = training_band({"train_shielded": shielded, "train_shield": kept})
+            if kept_band != training_band(wanted):
+                differences.append(f"{key} {kept!r}, not {value!r}")
+            continue
         if kept != value and not (key == "init_from" and same_run_dir(kept, value)):
             differences.append(f"{key} {kept!r}, not {value!r}")
     return differences

@@ -473,7 +473,7 @@ def train_command(
                 raise ValueError(f"--bootstrap-belief is for cbrl (its posterior encoder); {algo.value} has none")
             if resumed is not None:  # a resumed run keeps the choices it started with, unless they are given
                 for key in overrides:  # --epochs too: a run resumed without it continues to the epochs it planned
-                    if key == "train_shield" or not _given(ctx, key):
+                    if not _given(ctx, key):  # train_shield is no option: always the run's own
                         overrides[key] = resumed.get(key, RESUMED_CHOICES.get(key))
                 if not overrides["train_shielded"]:  # trained alone from here on: no band to keep
                     overrides["train_shield"] = None

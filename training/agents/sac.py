@@ -293,7 +293,8 @@ class SACConfig:
     """The band a ``train_shielded`` run trains and is selected behind, every :class:`model.shield.ShieldConfig`
     field: :meth:`resolve` records the defaults of the day the run starts, and a resumed run keeps them, as do
     ``rcb evaluate``'s ``shield:`` and the exported card (its ``shield`` section), so a later change of the defaults
-    does not move the band the critics valued. None for a run trained alone."""
+    does not move the band the critics valued. None for a run trained alone. (A field ``ShieldConfig`` gains later
+    reads as its default then; one it loses makes the record unreadable, which is said when the run is read.)"""
     seed: int = 0
     curriculum: tuple[Stage, ...] = field(default=(), repr=False)
 
@@ -402,6 +403,8 @@ class SACConfig:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["curriculum"] = [asdict(s) for s in self.curriculum]
+        if out["train_shield"] is None:  # a run trained alone records what it did before the field existed
+            del out["train_shield"]
         return out
 
 
