@@ -390,9 +390,7 @@ def config_differences(
             continue
         kept = recorded_choice(recorded, key)
         if key == "train_shield":  # a shielded run from before the record trained behind the defaults: compare bands
-            shielded = recorded_choice(recorded, "train_shielded")
-            kept_band = training_band({"train_shielded": shielded, "train_shield": kept})
-            if kept_band != training_band(wanted):
+            if training_band(recorded) != training_band(wanted):
                 differences.append(f"{key} {kept!r}, not {value!r}")
             continue
         if kept != value and not (key == "init_from" and same_run_dir(kept, value)):
@@ -582,9 +580,14 @@ def load_ensemble_bidder(
         raise RunError(
             f"the ensemble's runs were trained behind different shield bands: {', '.join(str(r) for r in runs)}"
         )
-    controller = members[0][0].controller
-    bidder = PolicyBidder(actor, stochastic=False, encoder=encoder, controller=controller)  # type: ignore[arg-type]
-    bidder.shield_band = members[0][0].shield_band
+    first = members[0][0]
+    bidder = PolicyBidder(
+        actor,  # type: ignore[arg-type]
+        stochastic=False,
+        encoder=encoder,  # type: ignore[arg-type]
+        controller=first.controller,
+        shield_band=first.shield_band,
+    )
     return bidder, bodies
 
 
@@ -607,8 +610,10 @@ def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
         encoder.load_state_dict(saved["encoder"])
         encoder.eval()
     policy.eval()
-    bidder = PolicyBidder(
-        policy, stochastic=False, encoder=encoder, controller=reference_of(residual, config.get("controller"))
+    return PolicyBidder(
+        policy,
+        stochastic=False,
+        encoder=encoder,
+        controller=reference_of(residual, config.get("controller")),
+        shield_band=training_band(config),
     )
-    bidder.shield_band = training_band(config)
-    return bidder

@@ -425,6 +425,7 @@ class PolicyBidder(Bidder):
         stochastic: bool,
         encoder: PosteriorEncoder | None = None,
         controller: Reference | None = None,
+        shield_band: ShieldConfig | None = None,
     ):
         if policy.residual and controller is None:
             raise ValueError("a residual policy needs its reference controller")
@@ -432,7 +433,7 @@ class PolicyBidder(Bidder):
         self.stochastic = stochastic
         self.encoder = encoder
         self.controller = controller if policy.residual else None
-        self.shield_band: ShieldConfig | None = None
+        self.shield_band = shield_band
         """The band the policy was trained behind (:func:`training_band`), which ``rcb evaluate``'s ``shield:`` then
         runs; None: trained alone (the defaults)."""
         self.seed = 0
@@ -964,7 +965,7 @@ def training_shield(agent: SACAgent) -> tuple[ControllerGains, ShieldConfig] | N
     """The shield a run is trained and selected behind (:attr:`SACConfig.train_shielded`): its recorded band
     (:attr:`SACConfig.train_shield`) around the run's own controller, as ``rcb evaluate``'s ``shield:`` and the service
     centre it; None when it trains alone."""
-    band = training_band(agent.config.to_dict())
+    band = training_band(vars(agent.config))  # its fields as they are, without to_dict's copy of the whole config
     if band is None:
         return None
     if not isinstance(agent.controller, ControllerGains):  # SACConfig refuses any other reference
