@@ -1,4 +1,4 @@
-"""Benchmark: a bootstrap day's replay index (training.day_bootstrap), resampled from the logged day's index
+"""Benchmark: a bootstrap day's replay index (training.replay.day_bootstrap), resampled from the logged day's index
 against indexing the resample from scratch, on a market's train days.
 
 Collection on bootstrap days (the SC default for CBRL) builds one resampled index per train day and epoch; this
@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from machine import describe_machine  # benchmarks/machine.py, beside this script
 from timing import median_ms
 
-from training.day_bootstrap import bootstrap_index, bootstrap_log
 from training.market.dataset import Market
-from training.simulator import DayIndex
+from training.replay.day_bootstrap import bootstrap_index, bootstrap_log
+from training.replay.simulator import DayIndex
 
 
 def main() -> None:

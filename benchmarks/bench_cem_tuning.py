@@ -23,8 +23,8 @@ from timing import median_ms
 from model.contract import Setting
 from training.bidders import cem
 from training.bidders.tuning import best_of, candidate_scores
-from training.dayset import DaySet
 from training.market.dataset import Market
+from training.replay.dayset import DaySet
 
 N_RANDOM = 48
 

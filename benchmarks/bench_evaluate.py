@@ -25,10 +25,10 @@ from machine import describe_machine  # benchmarks/machine.py, beside this scrip
 
 from model.contract import Setting
 from training.bidders.base import play
-from training.dayset import DaySet
-from training.evaluate import TUNING_CACHE, evaluate, tuned_baseline
+from training.evaluation.evaluate import TUNING_CACHE, evaluate, tuned_baseline
 from training.market.dataset import Market
-from training.oracle import market_oracle
+from training.replay.dayset import DaySet
+from training.replay.oracle import market_oracle
 
 
 def main() -> None:

@@ -33,8 +33,8 @@ from timing import median_ms  # benchmarks/timing.py
 from model.artifact import Artifact, EvaluationInfo, TrainingInfo, load_artifact
 from model.contract import SLOTS_PER_DAY
 from model.trajectory import prefix_mask, transitions
-from training.agents.sac import SACAgent, SACConfig
-from training.export import Provenance, export_modules, random_observations
+from training.export.onnx import Provenance, export_modules, random_observations
+from training.rl.sac import SACAgent, SACConfig
 
 
 def inputs(rng: np.random.Generator, n: int, latent: int) -> tuple[np.ndarray, ...]:
@@ -72,7 +72,7 @@ def measure(
 
 def modules(run: Path | None) -> tuple[torch.nn.Module, torch.nn.Module, str]:
     if run is not None:
-        from training.train import load_run_bidder
+        from training.rl.runs import load_run_bidder
 
         bidder, _ = load_run_bidder(run)
         if bidder.encoder is None:

@@ -1,10 +1,11 @@
-"""Slot-wise oracle MILP: HiGHS (as ``training.oracle`` runs it) against the paper's PuLP + CBC.
+"""Slot-wise oracle MILP: HiGHS (as ``training.replay.oracle`` runs it) against the paper's PuLP + CBC.
 
 Paper appendix, "Slot-wise Oracle": the group knapsack is solved "by a linear programming toolbox" (PuLP,
 whose default solver is CBC). For each episode (one day under SC or MC constraints) the same pruned item
-set and the same scaled MILP (:func:`training.oracle.knapsack_model`) go to
+set and the same scaled MILP (:func:`training.replay.oracle.knapsack_model`) go to
 
-* ``highs``: :func:`training.oracle.solve_knapsack_model` (HiGHS with Lagrangian bound fixing: what the oracle uses),
+* ``highs``: :func:`training.replay.oracle.solve_knapsack_model` (HiGHS with Lagrangian bound fixing: what the oracle
+uses),
 * ``highs-plain``: HiGHS on the whole MILP at once (``bound_fixing=False``),
 * ``cbc``: PuLP + CBC (``PULP_CBC_CMD(msg=False, gapRel=1e-9, gapAbs=0, options=["increment 0"])``), model
   building included, as the paper ran it,
@@ -41,7 +42,7 @@ from model.roi import is_feasible
 from training.market.constraints import draw_paper_constraints
 from training.market.dataset import Market
 from training.market.schema import DayLog
-from training.oracle import (
+from training.replay.oracle import (
     KnapsackItems,
     KnapsackModel,
     candidate_ratios,
@@ -53,7 +54,7 @@ from training.oracle import (
     slot_oracle,
     solve_knapsack_model,
 )
-from training.simulator import DayIndex
+from training.replay.simulator import DayIndex
 
 AGREEMENT = 1e-9
 """Largest relative difference allowed between the optima found by the solvers."""

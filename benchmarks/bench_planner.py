@@ -30,7 +30,7 @@ from model.contract import Setting
 from model.controller import ControllerGains, controller_ratios
 from model.planner import plan
 from training.bidders.base import play
-from training.evaluate import split_days, tuned_baseline
+from training.evaluation.evaluate import split_days, tuned_baseline
 from training.market.dataset import Market
 
 

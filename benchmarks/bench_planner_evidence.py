@@ -32,7 +32,7 @@ from model.contract import Setting
 from model.history import History, Registration
 from training.bidders.base import play
 from training.bidders.onnx import OnnxBidder
-from training.evaluate import split_days
+from training.evaluation.evaluate import split_days
 from training.market.dataset import Market
 
 

@@ -1,8 +1,8 @@
-"""Benchmark: the sorted-prefix-sum replay (training.simulator) against the naive masked-sum replay.
+"""Benchmark: the sorted-prefix-sum replay (training.replay.simulator) against the naive masked-sum replay.
 
 One seeded random day of ``--impressions`` impressions (default 2,000,000) over 48 slots. Measures
 
-(a) preprocessing: building the :class:`~training.simulator.DayIndex` (per-slot sort + prefix sums),
+(a) preprocessing: building the :class:`~training.replay.simulator.DayIndex` (per-slot sort + prefix sums),
     in total and per million impressions;
 (b) one 48-slot episode, per episode, for batches of episodes replayed in lockstep: the fast
     :meth:`BatchedReplay.step` (a binary search per episode and slot) against the naive O(n) step
@@ -30,7 +30,7 @@ from machine import describe_machine  # benchmarks/machine.py, beside this scrip
 
 from model.contract import SLOTS_PER_DAY
 from training.market.schema import DayLog
-from training.simulator import BatchedReplay, DayIndex
+from training.replay.simulator import BatchedReplay, DayIndex
 
 
 def random_day(n: int, seed: int) -> DayLog:

@@ -33,7 +33,11 @@ from machine import describe_machine  # benchmarks/machine.py, beside this scrip
 
 from model.contract import Setting
 from model.controller import ControllerGains
-from training.agents.sac import (
+from training.market.dataset import Market
+from training.market.generator import config_with, generate_market
+from training.replay.dayset import DaySet, split_validation
+from training.rl.curriculum import SPARSE_ONLY
+from training.rl.sac import (
     SELECTION_SEEDS,
     EpisodeBuffer,
     PolicyBidder,
@@ -42,10 +46,6 @@ from training.agents.sac import (
     greedy_scores,
     play_days,
 )
-from training.curriculum import SPARSE_ONLY
-from training.dayset import DaySet, split_validation
-from training.market.dataset import Market
-from training.market.generator import config_with, generate_market
 
 VARIANTS = {
     "CRL (plain SAC)": ("crl", None),

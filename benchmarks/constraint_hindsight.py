@@ -20,8 +20,8 @@ from rich.progress import track
 
 from training.market.constraints import curve_of, draw_market_constraints, draw_paper_constraints
 from training.market.dataset import Market
-from training.oracle import slot_oracle
-from training.simulator import DayIndex
+from training.replay.oracle import slot_oracle
+from training.replay.simulator import DayIndex
 
 
 def main() -> None:

@@ -92,7 +92,7 @@ for name in $names; do
 done
 
 step "6/6 results"
-.venv/bin/python -m training.quickstart_report "$OUT"
+.venv/bin/python -m scripts.quickstart_report "$OUT"
 echo "outputs in $OUT: market/, market_report.png, run-cbrl/ (curves.png), model/, model-plan/, evaluate/ (tables," >&2
 echo "  plots), replay-${names// /\/, replay-}/ (the service's own episodes, slots.csv, plots)" >&2
 if [ "$KEEP_SERVING" = 1 ]; then

@@ -14,7 +14,7 @@ def direct_replay(
     """The O(impressions) reference: per-slot (delivery, cost, wins) by walking every impression.
 
     ``ratios`` is ``(48,)``, or ``(48, buckets)`` with ``bucket`` giving each row's traffic bucket
-    (:attr:`DayIndex.bucket`). The tests check :class:`training.simulator.BatchedReplay` against it.
+    (:attr:`DayIndex.bucket`). The tests check :class:`training.replay.simulator.BatchedReplay` against it.
     """
     ratios = np.asarray(ratios, dtype=np.float64)
     delivery = np.zeros(SLOTS_PER_DAY)

@@ -21,7 +21,7 @@ from training.market.adapters import SUPPORTED_FORMATS, import_market, split_ass
 from training.market.constraints import curve_of, draw_market_constraints, draw_paper_constraints
 from training.market.dataset import MANIFEST, Market, file_sha256
 from training.market.schema import SchemaError
-from training.simulator import DayIndex
+from training.replay.simulator import DayIndex
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CBRL = FIXTURES / "cbrl_syn"

@@ -1,4 +1,4 @@
-"""``rcb calibrate`` (:mod:`training.bid_calibration`): a model's bid scale chosen on the served market's train days,
+"""``rcb calibrate`` (:mod:`training.export.calibrate`): a model's bid scale chosen on the served market's train days,
 carried on its card (``bid_scale``) and applied by :class:`model.policy.Policy`, so by ``onnx:`` and the service."""
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.policy import decision_inputs, offline_keys
 from model.sampling import sample_posterior
 from rcb.cli import app
-from training import bid_calibration
-from training.bid_calibration import (
+from training.bidders.onnx import OnnxBidder
+from training.evaluation.evaluate import calibration_warnings, evaluate, parse_methods
+from training.export import calibrate as bid_calibration
+from training.export.calibrate import (
     LADDER,
     BidCalibration,
     CalibrationError,
@@ -32,11 +34,9 @@ from training.bid_calibration import (
     row_name,
     write_calibrated,
 )
-from training.bidders.onnx import OnnxBidder
-from training.dayset import DaySet
-from training.evaluate import calibration_warnings, evaluate, parse_methods
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
+from training.replay.dayset import DaySet
 
 
 @pytest.fixture(scope="module")

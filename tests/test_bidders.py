@@ -19,11 +19,11 @@ from model.history import History, Registration
 from training.bidders import cem, pid, rm
 from training.bidders.base import Bidder, Outcome, play
 from training.bidders.tuning import candidate_scores
-from training.dayset import DaySet
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 from training.market.schema import DayLog
-from training.simulator import DayIndex, SlotResult
+from training.replay.dayset import DaySet
+from training.replay.simulator import DayIndex, SlotResult
 
 MODULES = {"rm": rm, "pid": pid, "cem": cem}
 FLAT_PROFILE = np.full(SLOTS_PER_DAY, 1.0 / SLOTS_PER_DAY)

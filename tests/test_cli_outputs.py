@@ -32,22 +32,22 @@ def _never(*args, **kwargs):
 @pytest.fixture
 def no_heavy_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each command's expensive call fails the test when reached."""
-    import training.evaluate
-    import training.export
-    import training.learning_curves
+    import training.evaluation.curves
+    import training.evaluation.evaluate
+    import training.export.onnx
     import training.market.adapters
     import training.market.generator
     import training.market.report
-    import training.train
+    import training.rl.runs
 
     for module, name in [
         (training.market.generator, "generate_market"),
         (training.market.adapters, "import_market"),
         (training.market.report, "collect_facts"),
-        (training.evaluate, "evaluate"),
-        (training.train, "run_training"),
-        (training.export, "export_run"),
-        (training.learning_curves, "load_group"),
+        (training.evaluation.evaluate, "evaluate"),
+        (training.rl.runs, "run_training"),
+        (training.export.onnx, "export_run"),
+        (training.evaluation.curves, "load_group"),
     ]:
         monkeypatch.setattr(module, name, _never)
 

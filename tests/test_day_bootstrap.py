@@ -1,4 +1,4 @@
-"""training/day_bootstrap.py: Poisson(1) resamples of a logged day for training's collection."""
+"""training/replay/day_bootstrap.py: Poisson(1) resamples of a logged day for training's collection."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from typer.testing import CliRunner
 
 from model.contract import Setting
 from rcb.cli import app
-from training.agents import sac
-from training.agents.sac import play_days
 from training.bidders.rm import ConstantRatio
-from training.day_bootstrap import bootstrap_index, bootstrap_log
-from training.dayset import DaySet, split_validation
 from training.market.dataset import Market
 from training.market.schema import DayLog
-from training.simulator import DayIndex
+from training.replay.day_bootstrap import bootstrap_index, bootstrap_log
+from training.replay.dayset import DaySet, split_validation
+from training.replay.simulator import DayIndex
+from training.rl import sac
+from training.rl.sac import play_days
 
 
 def small_day(counts: list[int], seed: int = 0) -> DayLog:

@@ -1,4 +1,4 @@
-"""training/domain_randomization.py: per-episode regimes for training's collection, and what they change."""
+"""training/rl/domain_randomization.py: per-episode regimes for training's collection, and what they change."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from model.contract import RATIO_MAX, Setting
 from model.controller import RATIO_FLOOR, ControllerGains, controller_sequence
 from model.history import History, Registration
 from rcb.cli import app
-from training.agents.sac import SACConfig, play_days
 from training.bidders.rm import ConstantRatio
-from training.dayset import DaySet
-from training.domain_randomization import ScaledReference, draw_reference_scales, draw_regimes
 from training.market.dataset import Market
+from training.replay.dayset import DaySet
+from training.rl.domain_randomization import ScaledReference, draw_reference_scales, draw_regimes
+from training.rl.sac import SACConfig, play_days
 
 
 def test_regimes_are_log_uniform_within_the_spread_and_off_at_zero():

@@ -8,7 +8,7 @@ from model.contract import SLOTS_PER_DAY
 from model.features import N_FEATURES
 from model.trajectory import prefix_mask as numpy_prefix_mask
 from model.trajectory import transitions
-from training.agents.encoder import PosteriorEncoder, kl_to_standard_normal
+from training.rl.encoder import PosteriorEncoder, kl_to_standard_normal
 
 DIM = 2 * N_FEATURES + 1
 

@@ -1,4 +1,5 @@
-"""The posterior encoder's serving graph (:mod:`training.encoder_graph`): same posterior as torch, fused nodes."""
+"""The posterior encoder's serving graph (:mod:`training.export.encoder_graph`): same posterior as torch, fused
+nodes."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import torch
 from torch import nn
 
 from model.trajectory import prefix_mask
-from training.agents.encoder import PosteriorEncoder
-from training.agents.ensemble import EnsembleEncoder
-from training.encoder_graph import STD_FLOOR, encoder_graph
-from training.export import ENCODER_ATOL
+from training.export.encoder_graph import STD_FLOOR, encoder_graph
+from training.export.onnx import ENCODER_ATOL
+from training.rl.encoder import PosteriorEncoder
+from training.rl.ensemble import EnsembleEncoder
 
 TRANSITION_DIM = 19
 

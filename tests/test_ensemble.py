@@ -1,4 +1,4 @@
-"""training/agents/ensemble.py: K runs as one model (median log-ratio), in ``rcb evaluate`` and ``rcb export``."""
+"""training/rl/ensemble.py: K runs as one model (median log-ratio), in ``rcb evaluate`` and ``rcb export``."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 from model.artifact import load_artifact
 from model.features import N_FEATURES
 from rcb.cli import app
-from training.agents.encoder import PosteriorEncoder
-from training.agents.ensemble import EnsembleActor, ensemble_of, median_last
-from training.agents.networks import TanhGaussianPolicy
 from training.bidders.base import play
-from training.dayset import DaySet, split_validation
-from training.evaluate import EvaluationError, evaluate, method_warnings, parse_methods
+from training.evaluation.evaluate import EvaluationError, evaluate, method_warnings, parse_methods
 from training.market.dataset import Market
-from training.train import RunError, load_ensemble_bidder
+from training.replay.dayset import DaySet, split_validation
+from training.rl.encoder import PosteriorEncoder
+from training.rl.ensemble import EnsembleActor, ensemble_of, median_last
+from training.rl.networks import TanhGaussianPolicy
+from training.rl.runs import RunError, load_ensemble_bidder
 
 
 def test_median_of_the_members_log_ratios():

@@ -1,10 +1,10 @@
-"""The epoch-selection rule (training.epoch_selection): which epoch best.pt holds, for training and rcb reselect."""
+"""The epoch-selection rule (training.rl.epoch_selection): which epoch best.pt holds, for training and rcb reselect."""
 
 from __future__ import annotations
 
 import pytest
 
-from training.epoch_selection import CONTROLLER_EPOCH, SelectionError, kept_epoch, run_scores, snapshot_name
+from training.rl.epoch_selection import CONTROLLER_EPOCH, SelectionError, kept_epoch, run_scores, snapshot_name
 
 
 def test_best_is_the_validation_argmax_with_the_controller_a_candidate():

@@ -1,6 +1,8 @@
-"""`rcb evaluate` and :mod:`training.evaluate`: episodes, the summary computed from them, tuning caches, errors.
+"""`rcb evaluate` and :mod:`training.evaluation.evaluate`: episodes, the summary computed from them, tuning caches,
+errors.
 
-The summary is recomputed here from ``episodes.csv`` with :mod:`training.metrics` alone (constraints read from the
+The summary is recomputed here from ``episodes.csv`` with :mod:`training.replay.metrics` alone (constraints read from
+the
 manifest, D* from the oracle), so a drift between the harness, its report and the metrics shows up.
 """
 
@@ -17,13 +19,13 @@ import pytest
 from typer.testing import CliRunner
 
 from rcb.cli import app
-from training import evaluate as harness
-from training import metrics
 from training.bidders import cem, pid, rm
-from training.evaluate import EvaluationError, evaluate, parse_methods
+from training.evaluation import evaluate as harness
+from training.evaluation.evaluate import EvaluationError, evaluate, parse_methods
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
-from training.oracle import market_oracle, setting_constraints
+from training.replay import metrics
+from training.replay.oracle import market_oracle, setting_constraints
 
 runner = CliRunner()
 
@@ -54,7 +56,7 @@ def read_episodes(out: Path) -> pd.DataFrame:
 
 
 def expected_summary(episodes: pd.DataFrame, market: Market, setting: str) -> dict[str, dict[str, Any]]:
-    """SPEC 6's summary recomputed from the episodes: per seed with training.metrics, then over seeds.
+    """SPEC 6's summary recomputed from the episodes: per seed with training.replay.metrics, then over seeds.
 
     L and B come from the manifest (SC: 1 and no budget), D* from the slot-wise oracle; only the method, seed,
     day, delivery and cost columns of the episodes are used.
@@ -139,7 +141,7 @@ def sc_run(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
 
 def test_summary_follows_from_the_episodes(sc_run: dict[str, Any]):
     """summary.json (and the --json output) is SPEC 6's per-method summary of episodes.csv, recomputed here
-    seed by seed with training.metrics and then taken as median / mean over seeds."""
+    seed by seed with training.replay.metrics and then taken as median / mean over seeds."""
     out, market = sc_run["out"], sc_run["market"]
     written = json.loads((out / "summary.json").read_text())
     expected = expected_summary(read_episodes(out), market, "sc")
@@ -340,11 +342,13 @@ def test_changed_train_data_invalidates_the_tuning_cache(source: Path, tmp_path:
 def test_a_changed_oracle_invalidates_the_tuning_cache(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A tuning's score is D / D* on the train days: new oracle semantics (D* recomputed) make every baseline
     re-tune, as new train days do."""
-    import training.evaluate
+    import training.evaluation.evaluate
 
     market = copy_market(source, tmp_path / "market", keep_cache=False)
     evaluate(market, "sc", "test", ["rm", "pid"], seeds=1)
-    monkeypatch.setattr(training.evaluate, "ORACLE_SEMANTICS", training.evaluate.ORACLE_SEMANTICS + " (changed)")
+    monkeypatch.setattr(
+        training.evaluation.evaluate, "ORACLE_SEMANTICS", training.evaluation.evaluate.ORACLE_SEMANTICS + " (changed)"
+    )
     calls = count_tunes(monkeypatch)
     evaluate(Market.open(market.root), "sc", "test", ["rm", "pid"], seeds=1)
     assert calls == {"rm": 1, "pid": 1, "cem": 0}
@@ -471,7 +475,7 @@ def test_the_summary_counts_feasible_episodes_above_the_oracle():
     than a positive D* is counted (an infeasible one, or a D* = 0 day, is not)."""
     import pandas as pd
 
-    from training.evaluate import summarize
+    from training.evaluation.evaluate import summarize
 
     episodes = pd.DataFrame(
         {

@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from training.evaluation_report import (
+from training.evaluation.report import (
     markdown_table,
     per_seed_metrics,
     plot_boxplots,
     plot_roi_histograms,
     write_report,
 )
-from training.metrics import is_feasible, normalized_delivery, roi
+from training.replay.metrics import is_feasible, normalized_delivery, roi
 
 # Four days, L = 2 on every day, no budget (SC), oracle delivery D* per day:
 ORACLE = [10.0, 20.0, 10.0, 20.0]
@@ -50,7 +50,7 @@ def make_episodes() -> pd.DataFrame:
             rows.append(_episode("steady", seed, day, d_star, d_star / 2.5))
             rows.append(_episode("greedy", seed, day, d_star, d_star))
     episodes = pd.DataFrame(rows)
-    # The columns evaluate.py adds, derived the way it does (training.metrics), for a realistic frame.
+    # The columns evaluate.py adds, derived the way it does (training.replay.metrics), for a realistic frame.
     episodes["oracle_delivery"] = [ORACLE[d] for d in episodes["day"]]
     episodes["roi_target"] = TARGET
     episodes["budget"] = np.inf

@@ -1,4 +1,4 @@
-"""`rcb export` and :mod:`training.export`: torch vs onnxruntime parity, evaluation parity, atomic writes, the CLI.
+"""`rcb export` and :mod:`training.export.onnx`: torch vs onnxruntime parity, evaluation parity, atomic writes, the CLI.
 
 The runs are tiny (see ``artifact_fixtures``); parity is a property of the graphs, not of training.
 """
@@ -20,11 +20,11 @@ from model.artifact import ENCODER_FILE, load_artifact
 from model.features import FEATURES, N_FEATURES
 from model.trajectory import prefix_mask, transitions
 from rcb.cli import app
-from training import export as exporter
-from training.evaluate import EvaluationError, evaluate, parse_methods
-from training.export import ENCODER_ATOL, OPSET, POLICY_ATOL, ExportError, check_parity, export_run
+from training.evaluation.evaluate import EvaluationError, evaluate, parse_methods
+from training.export import onnx as exporter
+from training.export.onnx import ENCODER_ATOL, OPSET, POLICY_ATOL, ExportError, check_parity, export_run
 from training.market.dataset import Market
-from training.train import load_run_bidder
+from training.rl.runs import load_run_bidder
 
 runner = CliRunner()
 
@@ -95,9 +95,9 @@ def test_the_card_carries_the_pid_tuned_on_the_train_days(exported: Exported):
     baseline tuned on the run's train days (rcb evaluate's tuning, shared through its cache)."""
     from model.controller import GAIN_FIELDS
     from service.runner import ModelRunner
-    from training.dayset import DaySet
-    from training.evaluate import tuned_baseline
+    from training.evaluation.evaluate import tuned_baseline
     from training.market.dataset import Market
+    from training.replay.dayset import DaySet
 
     card = load_artifact(exported.cbrl_model).card
     market = Market.open(exported.market)
@@ -144,8 +144,8 @@ def test_a_residual_model_carries_the_controller_it_was_trained_around(exported:
     reference, fallback and the policy's base) runs that controller."""
     from model.controller import GAIN_FIELDS
     from service.runner import ModelRunner
-    from training.dayset import DaySet
-    from training.evaluate import tuned_baseline
+    from training.evaluation.evaluate import tuned_baseline
+    from training.replay.dayset import DaySet
 
     config = json.loads((exported.residual_run / "run.json").read_text())["config"]
     market = Market.open(exported.market)
@@ -185,7 +185,7 @@ def test_the_parity_check_plays_the_first_slot_where_relative_policies_bid_their
     """Uniform draws never put prev_ratio (or controller_ratio) at 0, the first slot of every episode, so a graph
     bidding another start ratio there passed the check (helper's repro: 0.97 against 3.88, parity 0.0)."""
     from model.features import CONTROLLER_INDEX, obs_dim
-    from training.agents.networks import PREV_RATIO, TanhGaussianPolicy
+    from training.rl.networks import PREV_RATIO, TanhGaussianPolicy
 
     torch.manual_seed(0)
     actor = TanhGaussianPolicy(obs_dim(residual), 32, step=0.3, start_ratio=1.0, residual=residual)
@@ -298,7 +298,7 @@ def test_cli_errors_cleanly_on_an_unreadable_checkpoint(exported: Exported, tmp_
 
 
 def test_measured_figures_go_on_the_card_and_leave_the_graphs_alone(exported: Exported, tmp_path: Path):
-    from training.export import record_figures
+    from training.export.onnx import record_figures
 
     model = tmp_path / "model"
     shutil.copytree(exported.cbrl_model, model)
@@ -320,7 +320,7 @@ def test_the_service_warns_when_the_card_was_measured_behind_another_shield(
 
     from model.shield import ShieldConfig
     from service.runner import ModelRunner
-    from training.export import record_figures
+    from training.export.onnx import record_figures
 
     model = tmp_path / "model"
     shutil.copytree(exported.cbrl_model, model)
@@ -339,7 +339,7 @@ def test_the_service_warns_when_the_card_was_measured_behind_another_shield(
 def test_a_run_whose_market_is_not_here_exports_without_a_reference(exported: Exported, tmp_path: Path):
     """A non-residual run's card takes its controller from the run's market; elsewhere it gets neither half."""
     from model.controller import GAIN_FIELDS
-    from training.export import _train_days_reference
+    from training.export.onnx import _train_days_reference
     from training.market.dataset import Market
 
     trained_on = Market.open(exported.market).split_fingerprint("train")

@@ -1,4 +1,4 @@
-"""`rcb train --init-from RUN`: a run fine-tuned from another run's last networks (training.train.initial_networks,
+"""`rcb train --init-from RUN`: a run fine-tuned from another run's last networks (training.rl.runs.initial_networks,
 SACAgent.load_networks)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from model.artifact import TrainingInfo, load_artifact
 from rcb.cli import app
-from training.agents.sac import NETWORKS, SACAgent, SACConfig, check_networks_fit
 from training.market.generator import config_with, generate_market
+from training.rl.sac import NETWORKS, SACAgent, SACConfig, check_networks_fit
 
 runner = CliRunner()
 
@@ -137,7 +137,7 @@ def test_a_source_that_cannot_be_carried_is_refused_before_anything_is_written(
 def test_a_rerun_with_the_same_source_is_done_and_the_card_and_reselect_name_the_source(
     source: Path, market: Path, tmp_path: Path
 ):
-    """scripts/train_one.sh reruns with --skip-done; the exported card records where the weights started; rcb
+    """research/scripts/train_one.sh reruns with --skip-done; the exported card records where the weights started; rcb
     reselect keeping epoch -1 says it keeps the carried policy, not the controller."""
     tuned = tmp_path / "tuned"
     args = sc_cbrl(market, tuned, "--init-from", str(source), "--keep-epochs")

@@ -20,8 +20,8 @@ from training.market.constraints import (
 )
 from training.market.dataset import Market
 from training.market.generator import MarketConfig, config_with, diurnal_profile, generate_day, generate_market
-from training.oracle import ORACLE_GRID, slot_oracle
-from training.simulator import DayIndex
+from training.replay.oracle import ORACLE_GRID, slot_oracle
+from training.replay.simulator import DayIndex
 
 CALIBRATION = config_with(days_id=40, days_ood=12, impressions_per_day=60_000, seed=7)
 

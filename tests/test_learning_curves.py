@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rcb.cli import app
-from training.learning_curves import CurveError, expand_runs, load_group, speed_table, steps_to_reach
+from training.evaluation.curves import CurveError, expand_runs, load_group, speed_table, steps_to_reach
 
 
 def _run(root: Path, name: str, scores: list[float], updates_per_epoch: int = 100) -> Path:

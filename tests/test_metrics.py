@@ -7,7 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from training.metrics import andr, ans, csr, gmetric, gmetric_scores, is_feasible, normalized_delivery, roi, summarize
+from training.replay.metrics import (
+    andr,
+    ans,
+    csr,
+    gmetric,
+    gmetric_scores,
+    is_feasible,
+    normalized_delivery,
+    roi,
+    summarize,
+)
 
 # Four episodes, L = 1.5 for all, worked out by hand:
 #   ep0: D=8,  C=4, B=inf, D*=10: ROI 8/4 = 2    >= 1.5, C <= B  -> feasible,   D/D* = 0.8

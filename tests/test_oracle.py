@@ -12,14 +12,14 @@ import typer
 from conftest import random_day_log
 from typer.testing import CliRunner
 
-import training.oracle.cache as oracle_cache
+import training.replay.oracle.cache as oracle_cache
 from model.contract import SLOTS_PER_DAY
 from model.roi import is_feasible as meets
 from rcb.commands.oracle import oracle_command
 from training.market.dataset import Market
 from training.market.logs import write_day
-from training.metrics import is_feasible
-from training.oracle import (
+from training.replay.metrics import is_feasible
+from training.replay.oracle import (
     ABSTAIN_RATIO,
     ORACLE_GRID,
     OracleResult,
@@ -30,7 +30,7 @@ from training.oracle import (
     slot_oracle,
     solve_slot_knapsack,
 )
-from training.simulator import DayIndex, replay_day, replay_totals
+from training.replay.simulator import DayIndex, replay_day, replay_totals
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The group knapsack against brute force

@@ -14,11 +14,11 @@ from model.contract import SLOTS_PER_DAY, Setting
 from model.history import History, Registration
 from training.bidders import planner
 from training.bidders.base import Bidder, play
-from training.dayset import DaySet, split_validation
-from training.evaluate import evaluate, split_days
+from training.evaluation.evaluate import evaluate, split_days
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
-from training.simulator import BatchedReplay, DayIndex
+from training.replay.dayset import DaySet, split_validation
+from training.replay.simulator import BatchedReplay, DayIndex
 
 SMALL = config_with(days_id=8, days_ood=2, impressions_per_day=20_000, seed=3)
 
@@ -434,11 +434,11 @@ def test_the_plan_reference_is_the_plan_of_every_prefix_made_once_a_slot(
 def test_the_depth_gated_shield_is_the_planner_until_its_flag_and_the_shielded_planner_after(
     train: DaySet, scenarios: law.Scenarios
 ):
-    """``python -m training.depth_gate``: alerts never reached bid the planner alone; alerts always reached shield it
+    """``python -m research.depth_gate``: alerts never reached bid the planner alone; alerts always reached shield it
     from slot 1 (slot 0 has observed nothing, so it is never flagged) to the day's end."""
     from model.controller import ControllerGains
     from model.shield import shield
-    from training.depth_gate import DepthGatedShield
+    from research.depth_gate import DepthGatedShield
 
     tuned = planner.Planner(scenarios, 0.0, 0.3)
     gains = ControllerGains()

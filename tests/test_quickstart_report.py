@@ -1,4 +1,4 @@
-"""training/quickstart_report.py: the main job's closing table, for a single-run and an ensemble default model."""
+"""scripts/quickstart_report.py: the main job's closing table, for a single-run and an ensemble default model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training.quickstart_report import describe_shipped, main
+from scripts.quickstart_report import describe_shipped, main
 
 
 def summary(ans: float, csr: float, days: int = 8) -> dict:

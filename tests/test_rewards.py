@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.contract import SLOTS_PER_DAY
-from training.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, RegretCurriculum, stage_at
-from training.rewards import (
+from training.rl.curriculum import PAPER_CURRICULUM, SPARSE_ONLY, RegretCurriculum, stage_at
+from training.rl.rewards import (
     DualAscent,
     constraint_gap,
     curriculum_limits,

@@ -13,8 +13,13 @@ from conftest import random_day_log
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.features import N_FEATURES
 from model.history import Registration
-from training.agents.networks import PREV_RATIO, TanhGaussianPolicy, TwinQ
-from training.agents.sac import (
+from training.bidders.base import play
+from training.replay.dayset import split_validation
+from training.replay.simulator import DayIndex
+from training.rl.curriculum import PAPER_CURRICULUM, stage_at
+from training.rl.networks import PREV_RATIO, TanhGaussianPolicy, TwinQ
+from training.rl.rewards import curriculum_reward, indicator_reward
+from training.rl.sac import (
     OPTIMIZERS,
     RESIDUAL_ROI_MARGIN,
     EpisodeBuffer,
@@ -23,11 +28,6 @@ from training.agents.sac import (
     SACConfig,
     last_quarter,
 )
-from training.bidders.base import play
-from training.curriculum import PAPER_CURRICULUM, stage_at
-from training.dayset import split_validation
-from training.rewards import curriculum_reward, indicator_reward
-from training.simulator import DayIndex
 
 
 def test_policy_ratios_stay_in_range_and_log_density_integrates_to_one():
@@ -241,9 +241,9 @@ def test_config_and_validation_split():
 
 
 def test_soft_combination_rivals_use_their_rewards(tiny_market):
-    from training.agents.sac import train
-    from training.curriculum import LagrangianStage, USCBStage
-    from training.dayset import DaySet
+    from training.replay.dayset import DaySet
+    from training.rl.curriculum import LagrangianStage, USCBStage
+    from training.rl.sac import train
 
     assert isinstance(SACConfig(algo="uscb", uscb_gamma=5.0).curriculum[0], USCBStage)
     assert SACConfig(algo="uscb", uscb_gamma=5.0).curriculum[0].gamma == 5.0
@@ -259,8 +259,8 @@ def test_soft_combination_rivals_use_their_rewards(tiny_market):
 def test_the_dual_step_reads_the_constraint_the_rewards_hold(tiny_market, monkeypatch):
     """With an ROI margin the rewards hold each episode to L (1 + margin); the dual step read plain L (a review's
     finding), chasing another constraint than the reward's."""
-    from training.agents import sac
-    from training.dayset import DaySet
+    from training.replay.dayset import DaySet
+    from training.rl import sac
 
     seen = []
 
@@ -442,8 +442,8 @@ def test_a_run_trained_behind_the_shield_keeps_the_band_each_slot_was_played_in(
     band for every slot (recomputed from the finished history, as the shield met it) and hands it out with each
     transition, for slot ``t`` and for the bootstrap slot."""
     from model.shield import ShieldConfig
-    from training.agents.sac import shield_bands
     from training.bidders.shielded import ShieldedBidder
+    from training.rl.sac import shield_bands
 
     gains, _ = _gains_and_controller()
     log = random_day_log(np.random.default_rng(2), n=3000)
@@ -539,7 +539,7 @@ def test_a_run_trained_behind_the_shield_records_its_band():
     from dataclasses import asdict
 
     from model.shield import ShieldConfig
-    from training.agents.sac import training_band, training_shield
+    from training.rl.sac import training_band, training_shield
 
     gains, controller = _gains_and_controller()
     config = SACConfig(algo="cbrl", controller=controller, hidden=16, train_shielded=True).resolve("sc")

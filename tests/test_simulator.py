@@ -1,4 +1,4 @@
-"""The fast replay (training.simulator) agrees with the per-impression reference, and `rcb simulate` works.
+"""The fast replay (training.replay.simulator) agrees with the per-impression reference, and `rcb simulate` works.
 
 Wins are compared exactly; delivery and cost to rounding, because the fast path sums in critical-ratio
 order (prefix sums) while the reference sums in arrival order.
@@ -21,7 +21,7 @@ from model.contract import SLOTS_PER_DAY
 from rcb.commands.simulate import simulate_command
 from training.market.dataset import Market
 from training.market.schema import DayLog
-from training.simulator import BatchedReplay, DayIndex, replay_day
+from training.replay.simulator import BatchedReplay, DayIndex, replay_day
 
 SUM_TOLERANCE = {"rtol": 1e-12, "atol": 1e-9}
 

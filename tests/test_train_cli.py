@@ -139,8 +139,8 @@ def test_unknown_algo_is_a_clear_error(market: Path, tmp_path: Path):
 def test_the_clis_choices_are_the_trainers():
     """``rcb train``'s torch-free choice lists name exactly what training accepts."""
     from rcb.commands.train import Algo, ReferenceChoice, SelectionDaysChoice, SelectionEpochChoice
-    from training.agents.sac import REFERENCES, SELECTION_DAYS, SELECTION_EPOCHS
-    from training.train import ALGOS
+    from training.rl.runs import ALGOS
+    from training.rl.sac import REFERENCES, SELECTION_DAYS, SELECTION_EPOCHS
 
     assert tuple(Algo) == ALGOS and tuple(ReferenceChoice) == REFERENCES
     assert tuple(SelectionDaysChoice) == SELECTION_DAYS and tuple(SelectionEpochChoice) == SELECTION_EPOCHS
@@ -264,7 +264,7 @@ def test_lr_milestones_are_recorded_kept_on_resume_and_checked(market: Path, tmp
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")
 def test_lr_milestones_halve_every_learning_rate():
-    from training.agents.sac import SACAgent, SACConfig
+    from training.rl.sac import SACAgent, SACConfig
 
     agent = SACAgent(SACConfig(algo="crl", lr_milestones=(1, 2)))
     rates = [group["lr"] for optimizer in agent.optimizers.values() for group in optimizer.param_groups]
@@ -333,14 +333,14 @@ def test_skip_done_matches_a_residual_run_whose_controller_was_tuned_at_run_time
 
 
 def test_scripts_train_run_skips_a_finished_run_and_refuses_a_changed_one(market: Path, tmp_path: Path):
-    """``scripts/train_one.sh``'s ``train_run`` (what results.sh and suite.sh queue): a rerun of a finished run
+    """``research/scripts/train_one.sh``'s ``train_run`` (what results.sh and suite.sh queue): a rerun of a finished run
     trains nothing; a rerun with other options fails loudly instead of keeping the stale run."""
     repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "runs" / "sc" / "crl-s0"
 
     def train_run(*extra: str) -> subprocess.CompletedProcess[str]:
         line = f"{market} sc crl 0 {out} --epochs 1 --updates-per-epoch 5 {' '.join(extra)}"
-        script = f"source scripts/train_one.sh; echo '{line}' | JOBS=1 run_jobs"
+        script = f"source research/scripts/train_one.sh; echo '{line}' | JOBS=1 run_jobs"
         return subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True, timeout=300)
 
     first = train_run()
@@ -356,7 +356,8 @@ def test_scripts_train_run_skips_a_finished_run_and_refuses_a_changed_one(market
 
 
 def test_scripts_snapshot_members_builds_once_and_rebuilds_a_changed_run(market: Path, tmp_path: Path):
-    """``scripts/train_one.sh``'s ``snapshot_members`` (what suite.sh runs for SC's snapshot ensemble): every late
+    """``research/scripts/train_one.sh``'s ``snapshot_members`` (what suite.sh runs for SC's snapshot ensemble):
+    every late
     epoch of a finished ``--keep-epochs`` run as a member directory; a rerun keeps them; a run that changed since
     (resumed, retrained) gets them rebuilt whole; a run without snapshots fails loudly and leaves nothing."""
     repo = Path(__file__).resolve().parents[1]
@@ -365,7 +366,7 @@ def test_scripts_snapshot_members_builds_once_and_rebuilds_a_changed_run(market:
     assert runner.invoke(app, train).exit_code == 0
 
     def build(run: Path = run_dir) -> subprocess.CompletedProcess[str]:
-        script = f"source scripts/train_one.sh; snapshot_members {run} {members}"
+        script = f"source research/scripts/train_one.sh; snapshot_members {run} {members}"
         return subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True, timeout=300)
 
     first = build()
@@ -390,9 +391,9 @@ def test_scripts_snapshot_members_builds_once_and_rebuilds_a_changed_run(market:
 
 
 def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
-    from training.agents.sac import SACConfig, random_policy_score, train
-    from training.dayset import DaySet
     from training.market.dataset import Market
+    from training.replay.dayset import DaySet
+    from training.rl.sac import SACConfig, random_policy_score, train
 
     # Four train days of 40k impressions: a 6k-impression day has too few conversions to learn from.
     root = tmp_path / "market"
@@ -408,7 +409,7 @@ def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
 def test_help_shows_sacconfig_defaults():
     """The rival knobs default to SACConfig's own values, and --help shows them (not a swallowed placeholder)."""
     from rcb.commands.train import sac_defaults
-    from training.agents.sac import SACConfig
+    from training.rl.sac import SACConfig
 
     config = SACConfig()
     for name in ("epochs", "updates_per_epoch", "uscb_gamma", "rcpo_learning_rate"):
@@ -425,10 +426,10 @@ def test_help_shows_sacconfig_defaults():
 def test_start_at_controller_makes_the_controller_the_first_candidate_of_model_selection(market: Path, tmp_path: Path):
     """``--start-at-controller``: the untrained policy, which bids the PID exactly, is scored on the validation days
     before epoch 0; best.pt holds a trained epoch only where one beat it, and a resume keeps the choice."""
-    from training.agents.sac import play_days, score
-    from training.dayset import DaySet, split_validation
     from training.market.dataset import Market
-    from training.train import load_best
+    from training.replay.dayset import DaySet, split_validation
+    from training.rl.runs import load_best
+    from training.rl.sac import play_days, score
 
     out = tmp_path / "from-pid"
     args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "cbrl"]
@@ -464,10 +465,10 @@ def test_validation_fold_holds_out_other_days(market: Path, tmp_path: Path):
     """``--validation-fold K``: model selection reads every fifth train day from day K (the controller's
     validation score is the PID's on exactly those days); a fold out of range is a clear CLI error."""
     from model.controller import GAIN_FIELDS
-    from training.agents.sac import play_days, score
     from training.bidders.pid import PID
-    from training.dayset import DaySet, split_validation
     from training.market.dataset import Market
+    from training.replay.dayset import DaySet, split_validation
+    from training.rl.sac import play_days, score
 
     out = tmp_path / "fold-1"
     args = sc_cbrl(market)
@@ -496,10 +497,10 @@ def test_pooled_markets_train_one_run_around_the_home_markets_pid(market: Path, 
     """``--data A --data B``: one run learns from both markets' train days, corrects A's tuned PID (the same
     controller a run on A alone corrects), and its model selection holds out each market's own fold-0 days."""
     from model.controller import GAIN_FIELDS
-    from training.agents.sac import play_days, score
     from training.bidders.pid import PID
-    from training.dayset import DaySet, split_validation
     from training.market.dataset import Market
+    from training.replay.dayset import DaySet, split_validation
+    from training.rl.sac import play_days, score
 
     other = tmp_path / "other-market"
     generate_market(other, config_with(days_id=6, days_ood=0, impressions_per_day=5000, seed=9), workers=1)
@@ -634,7 +635,7 @@ def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(mark
     best.pt with the epochs added, and a bad choice is refused."""
     import torch
 
-    from training.train import load_best
+    from training.rl.runs import load_best
 
     args = [*sc_cbrl(market), "--select-from", "0"]  # the plain argmax (SC CBRL defaults to the last quarter)
     by_best, by_last = tmp_path / "best", tmp_path / "last"
@@ -692,7 +693,7 @@ def test_keep_epochs_saves_every_epochs_model_and_a_resume_keeps_doing_so(market
     flag goes on saving them; off by default."""
     import torch
 
-    from training.train import load_best
+    from training.rl.runs import load_best
 
     args = sc_cbrl(market)
     out = tmp_path / "kept"
@@ -722,7 +723,7 @@ def test_keep_epochs_saves_every_epochs_model_and_a_resume_keeps_doing_so(market
 def test_curves_of_a_run_resumed_across_a_new_history_field(tmp_path: Path):
     """A run started before ``validation_scores`` existed and resumed after it: curves.csv holds every column
     (blank where an epoch lacks it) and curves.png draws the seeds' range where there is one."""
-    from training.train import write_curves
+    from training.rl.runs import write_curves
 
     old = {"epoch": 0, "stage": "s", "train_score": 0.5, "validation_score": 0.4}
     new = {"epoch": 1, "stage": "s", "train_score": 0.6, "validation_score": 0.5, "validation_scores": [0.4, 0.6]}
@@ -733,12 +734,12 @@ def test_curves_of_a_run_resumed_across_a_new_history_field(tmp_path: Path):
 
 
 def test_the_resume_tables_name_real_config_fields():
-    """``training.resume_choices`` names ``SACConfig`` fields, and ``rcb train --resume`` fills every one of them."""
+    """``training.rl.resume_choices`` names ``SACConfig`` fields, and ``rcb train --resume`` fills every one of them."""
     from dataclasses import fields
 
     from rcb.commands.train import RESUMED_CHOICES
-    from training.agents.sac import SACConfig
-    from training.resume_choices import SELECTION_CHOICES, TRAINING_CHOICES
+    from training.rl.resume_choices import SELECTION_CHOICES, TRAINING_CHOICES
+    from training.rl.sac import SACConfig
 
     kept = set(SELECTION_CHOICES) | set(TRAINING_CHOICES)
     assert kept <= {f.name for f in fields(SACConfig)}
@@ -758,11 +759,11 @@ def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(
     refused."""
     from model.contract import RATIO_MAX
     from model.planner import PlanReference
-    from training.agents import sac
-    from training.agents.sac import play_days, score
     from training.bidders.planner import Planner, scenarios_of, without_own_days
-    from training.dayset import DaySet, split_validation
     from training.market.dataset import Market
+    from training.replay.dayset import DaySet, split_validation
+    from training.rl import sac
+    from training.rl.sac import play_days, score
 
     kept: list[tuple[object, np.ndarray]] = []
     add = sac.EpisodeBuffer.add
@@ -817,8 +818,8 @@ def test_select_from_keeps_the_best_epoch_from_there_on_and_the_argmax_beside(ma
     """``--select-from N``: best.pt holds the validation argmax among epochs >= N (not the controller, not an
     earlier epoch), the run records that epoch's score, validation-best.pt holds the plain argmax; the same
     training as without it; kept on resume; refused past the last epoch and with ``--selection-epoch last``."""
-    from training.epoch_selection import kept_epoch, run_scores
-    from training.train import VALIDATION_BEST_FILE, load_best
+    from training.rl.epoch_selection import kept_epoch, run_scores
+    from training.rl.runs import VALIDATION_BEST_FILE, load_best
 
     args = sc_cbrl(market)
     plain, late = tmp_path / "plain", tmp_path / "late"
@@ -857,8 +858,8 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
     the kept score and where it came from; it plays in ``rcb evaluate``; a run reselected with its own rule keeps
     the same epoch as training did; refusals (no snapshots, unfinished, OUT not empty, the run itself, a
     resume of the reselection) leave nothing behind."""
-    from training.epoch_selection import kept_epoch, run_scores
-    from training.train import load_best
+    from training.rl.epoch_selection import kept_epoch, run_scores
+    from training.rl.runs import load_best
 
     args = [*sc_cbrl(market), "--select-from", "0"]  # the plain argmax (SC CBRL defaults to the last quarter)
     run_dir = tmp_path / "kept"
@@ -954,8 +955,8 @@ def test_a_crash_between_an_epochs_writes_resumes_to_the_files_an_uninterrupted_
     """checkpoint.pt (with the record), then run.json, then the model files: killed before best.pt, a resume
     writes the last epoch's model from the checkpoint; killed before run.json, a resume takes the epoch's record
     from the checkpoint instead of training that epoch again on networks that already learned it."""
-    import training.train as train_module
-    from training.train import load_best
+    import training.rl.runs as train_module
+    from training.rl.runs import load_best
 
     args = sc_cbrl(market)
     save, write = train_module._atomic_save, train_module._write_json
@@ -1004,7 +1005,7 @@ def test_a_resume_heals_only_what_the_checkpoint_vouches_for(market: Path, tmp_p
     """The heal on resume leaves a kept earlier epoch's best.pt alone, and does nothing with a checkpoint from before
     the record was written into it (it may be an epoch ahead of run.json: its networks are not the last recorded
     epoch's); a reselection is refused by ``--skip-done`` too."""
-    from training.train import load_best
+    from training.rl.runs import load_best
 
     args = [*sc_cbrl(market), "--select-from", "0"]  # the plain argmax (SC CBRL defaults to the last quarter)
     run_dir = tmp_path / "run"
@@ -1049,7 +1050,7 @@ def test_sc_cbrl_defaults_hold_across_resume_and_skip_done(market: Path, tmp_pat
     grown = runner.invoke(app, [*base, "--epochs", "3", "--resume"])
     assert grown.exit_code == 0, grown.output
     assert json.loads((run_dir / "run.json").read_text())["config"]["select_from"] == 1
-    for _ in range(2):  # scripts/train_one.sh reruns with --skip-done: done, every time
+    for _ in range(2):  # research/scripts/train_one.sh reruns with --skip-done: done, every time
         again = runner.invoke(app, [*base, "--epochs", "3", "--skip-done"])
         assert again.exit_code == 0 and json.loads(again.output.splitlines()[-1])["already_done"] is True, again.output
     other = runner.invoke(app, [*base, "--epochs", "3", "--skip-done", "--select-from", "2"])
@@ -1095,7 +1096,7 @@ def test_an_unfinished_run_is_not_exported_nor_evaluated(run: Path, market: Path
         app, ["evaluate", str(market), "--setting", "sc", "--methods", str(unfinished), "--out", str(tmp_path / "ev")]
     )
     assert evaluated.exit_code == 2 and "status 'training'" in " ".join(evaluated.output.split())
-    from training.train import RunError, load_best
+    from training.rl.runs import RunError, load_best
 
     with pytest.raises(RunError, match="status 'training'"):
         load_best(unfinished)
@@ -1202,11 +1203,11 @@ def test_train_shielded_is_for_residual_runs_and_kept_on_resume(
     market: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     from model.artifact import read_card
-    from training.agents import sac
-    from training.evaluate import EvaluationError, shield_config
-    from training.export import TRAINED_BEHIND
-    from training.shield_calibration import calibrate
-    from training.train import RunError, load_ensemble_bidder, load_run_bidder
+    from research.shield_calibration import calibrate
+    from training.evaluation.evaluate import EvaluationError, shield_config
+    from training.export.onnx import TRAINED_BEHIND
+    from training.rl import sac
+    from training.rl.runs import RunError, load_ensemble_bidder, load_run_bidder
 
     out = tmp_path / "run"
     args = ["train", "--data", str(market), "--setting", "sc", "--updates-per-epoch", "2", "--selection-seeds", "1"]

@@ -26,7 +26,7 @@ def calibrate_command(
     factor with the highest median ANS among those whose CSR is at least the market's PID's (ties to the factor
     nearest 1), and write MODEL's copy to OUT with that factor on its card (bid_scale); the service and
     onnx:OUT apply it before the shield."""
-    from training.bid_calibration import (
+    from training.export.calibrate import (
         LADDER,
         check_destination,
         play_ladder,

@@ -24,7 +24,7 @@ def curves_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the speed table as JSON.")] = False,
 ) -> None:
     """Plot validation score per gradient update (mean over seeds, min-max band) and time-to-reference."""
-    from training.learning_curves import CurveError, expand_runs, load_group, plot, speed_table, split_group
+    from training.evaluation.curves import CurveError, expand_runs, load_group, plot, speed_table, split_group
 
     with user_errors():
         check_output_file(out)

@@ -48,7 +48,7 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
     naming the first method that cannot be played.
     """
     from model.artifact import ArtifactError, read_card
-    from training.evaluate import ENSEMBLE_PREFIX, ONNX_PREFIX, is_run_dir, run_group, unshielded
+    from training.evaluation.evaluate import ENSEMBLE_PREFIX, ONNX_PREFIX, is_run_dir, run_group, unshielded
 
     plays: dict[str, int] = {}
     for listed in methods:
@@ -110,7 +110,7 @@ def evaluate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json on stdout.")] = False,
 ) -> None:
     """Evaluate methods (baselines tuned on train days only) with the paper's metrics (docs/metrics.md)."""
-    from training.evaluate import (
+    from training.evaluation.evaluate import (
         BASELINES,
         EvaluationError,
         calibration_warnings,
@@ -119,7 +119,7 @@ def evaluate_command(
         parse_methods,
         write_outputs,
     )
-    from training.evaluation_report import markdown_table
+    from training.evaluation.report import markdown_table
     from training.market.dataset import Market
 
     day_split = split.value
@@ -161,4 +161,4 @@ def evaluate_command(
 
 
 STAGES = {"oracle": "oracles", "load": "loading days", "rm": "tuning rm", "pid": "tuning pid", "cem": "tuning cem"}
-"""What the progress bar says while training.evaluate reports a stage other than a played episode."""
+"""What the progress bar says while training.evaluation.evaluate reports a stage other than a played episode."""

@@ -16,7 +16,7 @@ from rcb.commands.common import check_output_dir, fail, print_json, progress, us
 
 
 def _steps(run: Path) -> int:
-    """Export steps reported by training.export: policy.onnx, encoder.onnx (CBRL only), parity."""
+    """Export steps reported by training.export.onnx: policy.onnx, encoder.onnx (CBRL only), parity."""
     try:
         algo = json.loads((run / "run.json").read_text())["config"]["algo"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -27,8 +27,9 @@ def _steps(run: Path) -> int:
 def expand_runs(runs: list[Path]) -> list[Path]:
     """Each ``--run`` as given, or, for a glob that is no path itself (a snapshot ensemble's members,
     ``DIR/cbrl-s*/epoch-*``), the sorted run directories it matches, as ``ensemble:LABEL=GLOB`` reads them in
-    ``rcb evaluate`` (:func:`training.evaluate.runs_matching`, shared); a glob that matches none is a clear error."""
-    from training.evaluate import runs_matching
+    ``rcb evaluate`` (:func:`training.evaluation.evaluate.runs_matching`, shared); a glob that matches none is a
+    clear error."""
+    from training.evaluation.evaluate import runs_matching
 
     expanded: list[Path] = []
     for run in runs:
@@ -70,9 +71,9 @@ def export_command(
 ) -> None:
     """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch; or, with --plan,
     the planner on a market's train days."""
-    from training.export import ExportError, check_destination, export_ensemble, export_run
+    from training.export.onnx import ExportError, check_destination, export_ensemble, export_run
     from training.files import built_in
-    from training.train import RunError, run_body
+    from training.rl.runs import RunError, run_body
 
     if bool(runs) == (plan is not None):
         raise fail("give --run RUN (repeatable) or --plan MARKET, one of the two")
@@ -141,7 +142,7 @@ def export_command(
 
 
 def _export_plan(market: Path, setting: Setting, out: Path, force: bool, as_json: bool) -> None:
-    from training.export import ExportError, check_planner_export, export_planner
+    from training.export.onnx import ExportError, check_planner_export, export_planner
     from training.files import built_in
     from training.market.dataset import MarketError
 

@@ -2,7 +2,7 @@
 
 With ``--json``, one object per line on stdout: ``{day, split, setting, roi_target, budget, delivery, cost,
 ratios: [48 floats]}``; without it, a table on stdout. Progress and messages go to stderr. Answers are cached in
-``DIR/.rcb-cache/oracle/`` (see :mod:`training.oracle`), so a second run is fast.
+``DIR/.rcb-cache/oracle/`` (see :mod:`training.replay.oracle`), so a second run is fast.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from model.contract import Setting
 from rcb.commands.common import console, fail, print_json, progress, stdout_console, user_errors
-from training.oracle import OracleKind
+from training.replay.oracle import OracleKind
 
 
 class SplitChoice(StrEnum):
@@ -39,7 +39,7 @@ def oracle_command(
 ) -> None:
     """Hindsight oracle per day: the best ratios knowing the whole day (paper appendix, "Slot-wise Oracle")."""
     from training.market.dataset import Market
-    from training.oracle import market_oracle
+    from training.replay.oracle import market_oracle
 
     with user_errors():
         if not data_dir.is_dir():

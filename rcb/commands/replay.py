@@ -42,10 +42,10 @@ def replay_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout.")] = False,
 ) -> None:
     """Register a campaign per day, bid each slot's impressions, report each slot: the service's own numbers."""
-    from training.dayset import DaySet
-    from training.evaluate import write_outputs
+    from training.evaluation.evaluate import write_outputs
+    from training.evaluation.service_replay import ReplayError, probe, replay_days, replay_evaluation, slot_table
     from training.market.dataset import Market
-    from training.replay import ReplayError, probe, replay_days, replay_evaluation, slot_table
+    from training.replay.dayset import DaySet
 
     with user_errors():
         check_output_dir(out)
@@ -100,7 +100,7 @@ def replay_command(
     if as_json:
         print_json(evaluation.summary)
         return
-    from training.evaluation_report import markdown_table
+    from training.evaluation.report import markdown_table
 
     stdout_console().print(markdown_table(evaluation.summary, evaluation.meta), markup=False, highlight=False)
     console.print(

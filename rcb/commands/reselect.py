@@ -54,7 +54,7 @@ def reselect_command(
 ) -> None:
     """Write OUT as RUN with the epoch a selection rule keeps as its model (best.pt), read off RUN's recorded
     validation scores and its epochs/ snapshots; OUT is a run directory for rcb evaluate and rcb export."""
-    from training.epoch_selection import SelectionError, reselect, snapshot_members, start_of
+    from training.rl.epoch_selection import SelectionError, reselect, snapshot_members, start_of
 
     with user_errors():
         check_output_dir(out)

@@ -51,9 +51,9 @@ def simulate_day(data_dir: Path, day: int, setting: Setting, ratios: list[float]
     import numpy as np
 
     from training.market.dataset import Market
-    from training.metrics import is_feasible
-    from training.oracle import setting_constraints
-    from training.simulator import BatchedReplay, DayIndex
+    from training.replay.metrics import is_feasible
+    from training.replay.oracle import setting_constraints
+    from training.replay.simulator import BatchedReplay, DayIndex
 
     market = Market.open(data_dir)
     roi_target, budget = setting_constraints(market.entry(day), setting)

@@ -15,13 +15,13 @@ import typer
 
 from model.contract import Setting
 from rcb.commands.common import check_output_dir, fail, plural, print_json, progress, user_errors
-from training.resume_choices import BEFORE_THE_OPTIONS
+from training.rl.resume_choices import BEFORE_THE_OPTIONS
 
 RUN_FILE = "run.json"
 
 
 class Algo(StrEnum):
-    """``--algo``: the SAC variants :data:`training.agents.sac.CURRICULA` trains (torch-free here, for ``--help``)."""
+    """``--algo``: the SAC variants :data:`training.rl.sac.CURRICULA` trains (torch-free here, for ``--help``)."""
 
     hard = "hard"
     crl = "crl"
@@ -31,28 +31,28 @@ class Algo(StrEnum):
 
 
 class ReferenceChoice(StrEnum):
-    """``--reference``: :data:`training.agents.sac.REFERENCES`."""
+    """``--reference``: :data:`training.rl.sac.REFERENCES`."""
 
     pid = "pid"
     plan = "plan"
 
 
 class BootstrapBeliefChoice(StrEnum):
-    """``--bootstrap-belief``: :data:`training.agents.sac.BOOTSTRAP_BELIEFS`."""
+    """``--bootstrap-belief``: :data:`training.rl.sac.BOOTSTRAP_BELIEFS`."""
 
     shared = "shared"
     ahead = "ahead"
 
 
 class SelectionDaysChoice(StrEnum):
-    """``--selection-days``: :data:`training.agents.sac.SELECTION_DAYS`."""
+    """``--selection-days``: :data:`training.rl.sac.SELECTION_DAYS`."""
 
     all = "all"
     home = "home"
 
 
 class SelectionEpochChoice(StrEnum):
-    """``--selection-epoch``: :data:`training.agents.sac.SELECTION_EPOCHS`."""
+    """``--selection-epoch``: :data:`training.rl.sac.SELECTION_EPOCHS`."""
 
     best = "best"
     last = "last"
@@ -61,7 +61,7 @@ class SelectionEpochChoice(StrEnum):
 @cache
 def sac_defaults() -> dict[str, Any]:
     """``SACConfig``'s field defaults, read from its source so that ``rcb train --help`` does not import torch."""
-    spec = find_spec("training.agents.sac")
+    spec = find_spec("training.rl.sac")
     if spec is None or spec.origin is None:
         return {}
     tree = ast.parse(Path(spec.origin).read_text())
@@ -96,7 +96,7 @@ before the option existed had (the behaviour of that time)."""
 def _default_select_from_when_started(run: dict[str, Any]) -> bool:
     """Whether a finished run's recorded ``select_from`` is the default's (:meth:`SACConfig.resolve`) for some epoch
     count it passed through (a run started shorter and grown by ``--resume``), not a choice of its own."""
-    from training.agents.sac import SACConfig
+    from training.rl.sac import SACConfig
 
     config = run.get("config", {})
     recorded = config.get("select_from", 0)
@@ -124,7 +124,7 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 
 def _check_resumable(out: Path, setting: Setting, algo: str, resume: bool) -> dict[str, Any] | None:
-    """What a run directory allows, checked before the bar and the work start (training.train checks it again);
+    """What a run directory allows, checked before the bar and the work start (training.rl.runs checks it again);
     the resumed run's config, or None for a new run."""
     run_file = out / RUN_FILE
     if not run_file.exists():
@@ -420,8 +420,8 @@ def train_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print run.json's summary as JSON.")] = False,
 ) -> None:
     """Train SAC (CBRL or a rival) on the train days; resumable, with a progress bar and learning curves."""
-    from training.agents.sac import SACConfig
-    from training.train import RunError, finished_run_differences, run_training, training_markets
+    from training.rl.runs import RunError, finished_run_differences, run_training, training_markets
+    from training.rl.sac import SACConfig
 
     with user_errors():
         try:

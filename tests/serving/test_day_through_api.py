@@ -19,9 +19,9 @@ from model.artifact import CARD_FILE, BidScaleInfo, read_card
 from model.contract import SLOTS_PER_DAY
 from training.bidders.base import Outcome, play
 from training.bidders.onnx import OnnxBidder
-from training.dayset import DaySet
 from training.market.dataset import Market
-from training.simulator import BatchedReplay
+from training.replay.dayset import DaySet
+from training.replay.simulator import BatchedReplay
 
 from .app_fixtures import serving
 

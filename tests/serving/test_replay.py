@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from loadtest.run_server import free_port
 from rcb.cli import app
-from training.dayset import DaySet
-from training.evaluate import evaluate
+from training.evaluation.evaluate import evaluate
 from training.market.dataset import Market
+from training.replay.dayset import DaySet
 
 from .app_fixtures import rcb_replay, rcb_serve
 
@@ -148,7 +148,7 @@ def test_replay_client_names_the_call_behind_an_answer_it_cannot_read():
 
     import httpx
 
-    from training.replay import ReplayError, ServiceClient
+    from training.evaluation.service_replay import ReplayError, ServiceClient
 
     def answer(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/readyz":

@@ -18,7 +18,7 @@ import numpy as np
 
 from model.contract import RATIO_MAX, RATIO_MIN
 from model.history import History, Registration
-from training.simulator import BatchedReplay, DayIndex, SlotResult
+from training.replay.simulator import BatchedReplay, DayIndex, SlotResult
 
 
 class Bidder(ABC):
@@ -69,7 +69,7 @@ def play(
 
     Budgets come from the registration (early termination as in the simulator). Ratios outside
     [0, 4] are a bidder bug and raise. ``regime``: per-episode price and delivery scales (training's
-    domain randomization, :mod:`training.domain_randomization`).
+    domain randomization, :mod:`training.rl.domain_randomization`).
     """
     env = BatchedReplay(days, episode_days, registration.budget, regime)
     history = History(registration)

@@ -27,8 +27,8 @@ from model.controller import RATIO_FLOOR
 from model.history import History, Registration
 from training.bidders.base import Bidder
 from training.bidders.tuning import best_of, candidate_scores, log_uniform
-from training.dayset import DaySet
-from training.simulator import SlotResult
+from training.replay.dayset import DaySet
+from training.replay.simulator import SlotResult
 
 TRAFFIC_BUCKETS = 20
 """Traffic shares of 5% each; ``explore`` of them explore."""
@@ -39,7 +39,7 @@ RESCORE_SEEDS = 4
 day, and the best of 48 such scores is the luckiest as much as the best (its replays on other noise scored 0.02-0.12
 below it on the suite's train days, BENCHMARKS.md/RESULTS.md session 34); the winner is chosen on the mean of five."""
 TUNER_VERSION = "2"
-"""Part of the tuning-cache key (:func:`training.evaluate.tuned_baseline`): 2 picks on five noise draws."""
+"""Part of the tuning-cache key (:func:`training.evaluation.evaluate.tuned_baseline`): 2 picks on five noise draws."""
 PARAMS = ("initial_ratio", "initial_sigma", "explore", "elites", "smoothing", "min_sigma")
 
 

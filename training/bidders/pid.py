@@ -28,7 +28,7 @@ from model.controller import GAIN_FIELDS, RATIO_FLOOR
 from model.history import History, Registration
 from training.bidders.base import Bidder
 from training.bidders.tuning import best_of, candidate_scores, log_uniform
-from training.dayset import DaySet
+from training.replay.dayset import DaySet
 
 PARAMS = GAIN_FIELDS
 

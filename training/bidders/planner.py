@@ -6,7 +6,7 @@ played without its own scenario (:func:`tune`), and plays it offline (:class:`Pl
 
     python -m training.bidders.planner data/suite/sparse --split test --out out/plan/sparse-test
 
-It came from :mod:`training.conversion_bayes`: on the ``sparse`` market a bidder told the day's market and reading
+It came from :mod:`research.conversion_bayes`: on the ``sparse`` market a bidder told the day's market and reading
 its conversion scale from its own deliveries, re-planning every slot, gained far more over the PID than any
 open-loop use of the whole regime; this is the same plan with the train days in place of the told market.
 """
@@ -27,8 +27,8 @@ from model.history import History
 from model.planner import GRID, Depth, Scenarios, plan_and_depth
 from training.bidders.base import Bidder, play
 from training.bidders.tuning import episode_scores
-from training.dayset import DaySet
-from training.oracle.oracles import slot_curves
+from training.replay.dayset import DaySet
+from training.replay.oracle.oracles import slot_curves
 
 
 def scenarios_of(days: DaySet) -> Scenarios:
@@ -191,7 +191,7 @@ def main(
         bool, typer.Option(help="Tune the noise-aware count too (on or off, by the train score).")
     ] = False,
 ) -> None:
-    from training.evaluate import episode_rows, split_days, summarize, tuned_baseline
+    from training.evaluation.evaluate import episode_rows, split_days, summarize, tuned_baseline
     from training.market.dataset import Market
 
     if split not in ("test", "ood"):

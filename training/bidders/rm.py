@@ -14,8 +14,8 @@ import numpy as np
 from model.history import History
 from training.bidders.base import Bidder
 from training.bidders.tuning import candidate_scores
-from training.dayset import DaySet
-from training.oracle import ORACLE_GRID
+from training.replay.dayset import DaySet
+from training.replay.oracle import ORACLE_GRID
 
 
 class ConstantRatio(Bidder):

@@ -15,7 +15,7 @@ from model.controller import ControllerGains
 from model.history import History, Registration
 from model.shield import ShieldConfig, shield
 from training.bidders.base import Bidder
-from training.simulator import SlotResult
+from training.replay.simulator import SlotResult
 
 
 class ShieldedBidder(Bidder):

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from training.bidders.base import Bidder, play
-from training.dayset import DaySet
-from training.metrics import is_feasible, normalized_delivery
+from training.replay.dayset import DaySet
+from training.replay.metrics import is_feasible, normalized_delivery
 
 
 def candidate_scores(make: Callable[[int], Bidder], n_candidates: int, train: DaySet, seed: int = 0) -> np.ndarray:

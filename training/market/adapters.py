@@ -98,7 +98,7 @@ from training.market.dataset import (
 )
 from training.market.logs import READABLE_SUFFIXES, read_frame, write_day
 from training.market.schema import SchemaError, ValidationReport, reject_rows, split_days, validate_frame
-from training.simulator import DayIndex
+from training.replay.simulator import DayIndex
 
 SUPPORTED_FORMATS: tuple[str, ...] = ("cbrl-syn", "auctionnet")
 

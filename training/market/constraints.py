@@ -12,7 +12,7 @@ Two recipes, named by :attr:`ConstraintRecipe.kind`, shared by the synthetic gen
     constraints, so a bidder cannot pace to ``B`` and be near the oracle for free; in exchange, some
     days cannot reach ``L`` at all (no bidder delivers anything with ROI >= L). Those days keep their
     ``L``, are flagged ``roi_reachable = False`` in the manifest, show up as ``D* = 0`` in evaluation
-    (counted as ``n_zero_oracle``) and are scored by the rule of :mod:`training.metrics`: a bidder that
+    (counted as ``n_zero_oracle``) and are scored by the rule of :mod:`training.replay.metrics`: a bidder that
     kept ROI >= L within budget (in practice: bid little) scores 1 there, one that lost money scores 0.
 
 ``paper``: the recipe of the paper's reference code, kept for comparison. It reads the day's hindsight.
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import model.roi
-from training.oracle import ORACLE_GRID, slot_curves, slot_oracle
-from training.simulator import DayIndex
+from training.replay.oracle import ORACLE_GRID, slot_curves, slot_oracle
+from training.replay.simulator import DayIndex
 
 RECIPES = ("prior", "paper")
 """Names of the constraint recipes; the first is the default."""

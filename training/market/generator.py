@@ -23,7 +23,7 @@ can beat one that does not. Regimes are written to the manifest for analysis, ne
 Determinism: day ``k`` of seed ``s`` draws from ``numpy.random.default_rng([s, k])`` alone, so a day
 is the same whatever the worker count or the number of other days. A *twin* of a day (:func:`generate_twin`) keeps
 its regime and redraws its impressions from ``default_rng([s, k, TWIN_STREAM, j])``: what the regime alone lets one
-expect of the day (``training/headroom.py``).
+expect of the day (``research/headroom.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from training.market.constraints import (
 from training.market.dataset import DayEntry, Market, MCConstraints, clear_market, file_sha256
 from training.market.logs import write_day
 from training.market.schema import DayLog
-from training.simulator import DayIndex
+from training.replay.simulator import DayIndex
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def generate_twin(
 ) -> DayLog:
     """Day ``day``'s regime (its price path, conversion scale, traffic and shocks) with fresh impression draws.
 
-    What a bidder told the day's regime, but not its luck, could plan on (``training/headroom.py``): the regime is
+    What a bidder told the day's regime, but not its luck, could plan on (``research/headroom.py``): the regime is
     drawn from the day's own stream, the impressions from ``default_rng([seed, day, TWIN_STREAM, twin])``. With
     ``known`` a subset of :data:`REGIME_PARTS`, only those parts are the day's; the others come from another
     regime of the same family, drawn first from the twin's stream.

@@ -18,8 +18,8 @@ import numpy as np
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from training.market.constraints import day_curve
 from training.market.dataset import SPLITS, Market
-from training.oracle import OracleResult, market_oracle
-from training.simulator import DayIndex
+from training.replay.oracle import OracleResult, market_oracle
+from training.replay.simulator import DayIndex
 
 SPLIT_COLORS = {"train": "tab:blue", "test": "tab:green", "ood": "tab:red"}
 

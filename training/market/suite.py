@@ -1,6 +1,6 @@
 """The market suite: the benchmark market and generator configurations that differ from it in what matters.
 
-A design choice settled on the benchmark market alone is not settled; ``scripts/suite.sh`` trains the
+A design choice settled on the benchmark market alone is not settled; ``research/scripts/suite.sh`` trains the
 default config and evaluates every method on each market here (``rcb market generate --preset NAME``).
 Each preset changes one family of traits against :class:`MarketConfig`'s defaults (the benchmark):
 

@@ -1,1 +1,0 @@
-"""RL agents: SAC with the indicator reward (Hard), its curriculum (CRL) and the Bayesian encoder (CBRL)."""

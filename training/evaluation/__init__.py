@@ -1,0 +1,1 @@
+"""Evaluation: the method registry, the offline harness, its report, learning curves, replay through a service."""
