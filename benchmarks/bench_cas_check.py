@@ -1,6 +1,6 @@
 """What the compare-and-set's blob check costs at a slot boundary: 10,000 campaigns' writes through one Redis.
 
-A slot update's write checks that the stored blob is the one the update was computed from (session 34: the SHA-1
+A slot update's write checks that the stored blob is the one the update was computed from (the SHA-1
 of the read blob in Python, ``redis.sha1hex`` of the stored one in the Lua script), so a registration racing the
 update is never overwritten. This times ``RedisStore.compare_and_set_many`` over every campaign of a boundary with
 the check (``expected`` = the blob read) against the same writes without it (``expected=None``), alternating the

@@ -1,8 +1,8 @@
 """What reading a slot boundary node by node costs on a Redis Cluster: 10,000 campaigns through three primaries.
 
-Since session 44 a slot batch reads with ``RedisClusterStore.get_each``: one pipeline per primary, the primaries in
-parallel, each under its own deadline, so a stalled primary fails only its own campaigns. Before, ``get_many`` ran
-one cluster pipeline over every key (redis-py groups it per node itself; one node's failure failed every key). This
+A slot batch reads with ``RedisClusterStore.get_each``: one pipeline per primary, the primaries in
+parallel, each under its own deadline, so a stalled primary fails only its own campaigns. The alternative, ``get_many``, runs
+one cluster pipeline over every key (redis-py groups it per node itself; one node's failure fails every key). This
 times the two over the same keys on one local 3-primary cluster, alternating the arms (ABBA), in chunks of 256 as
 the service reads while no bid flows (``service.episodes._CHUNK``; 16 while bids flow; ``--chunk`` sets it), and
 prints medians and their ratio::
@@ -32,7 +32,7 @@ from tests.serving.redis_servers import RedisClusterProcs
 
 
 async def one_cluster_pipeline(store: RedisClusterStore, campaigns: Sequence[str]) -> list[Any]:
-    """The read before session 44: one cluster pipeline over every key."""
+    """The baseline read: one cluster pipeline over every key."""
     keys = [store.key(c) for c in campaigns]
 
     async def fetch() -> list[Any]:

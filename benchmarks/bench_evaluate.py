@@ -25,7 +25,8 @@ from machine import describe_machine  # benchmarks/machine.py, beside this scrip
 
 from model.contract import Setting
 from training.bidders.base import play
-from training.evaluation.evaluate import TUNING_CACHE, evaluate, tuned_baseline
+from training.bidders.tuned import TUNING_CACHE, tuned_baseline
+from training.evaluation.evaluate import evaluate
 from training.market.dataset import Market
 from training.replay.dayset import DaySet
 from training.replay.oracle import market_oracle

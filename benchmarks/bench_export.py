@@ -33,7 +33,8 @@ from timing import median_ms  # benchmarks/timing.py
 from model.artifact import Artifact, EvaluationInfo, TrainingInfo, load_artifact
 from model.contract import SLOTS_PER_DAY
 from model.trajectory import prefix_mask, transitions
-from training.export.onnx import Provenance, export_modules, random_observations
+from training.export.card import Provenance
+from training.export.onnx import export_modules, random_observations
 from training.rl.sac import SACAgent, SACConfig
 
 

@@ -30,7 +30,8 @@ from model.contract import Setting
 from model.controller import ControllerGains, controller_ratios
 from model.planner import plan
 from training.bidders.base import play
-from training.evaluation.evaluate import split_days, tuned_baseline
+from training.bidders.tuned import tuned_baseline
+from training.evaluation.evaluate import split_days
 from training.market.dataset import Market
 
 

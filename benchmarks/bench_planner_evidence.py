@@ -1,5 +1,5 @@
 """Benchmark: the planner's posterior evidence (``model.planner.evidence``) summed in place slot by slot, against the
-form before it (session 23: the slots' terms concatenated and summed by ``np.cumsum``). Both add the terms in slot
+baseline form (the slots' terms concatenated and summed by ``np.cumsum``). Both add the terms in slot
 order, so they give the same numbers to the bit (asserted here on every history measured).
 
 The histories: the exported planner (``rcb export --plan``) plays a market's first 8 test days (MC) as 64 campaigns,
@@ -39,7 +39,7 @@ from training.market.dataset import Market
 def evidence_by_cumsum(
     scenarios: law.Scenarios, history: History, cost_sd: np.ndarray, exclude: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``model.planner.evidence`` as session 23 wrote it (the baseline)."""
+    """``model.planner.evidence`` in its baseline form."""
     n, days = history.n, scenarios.days
     log_market = np.broadcast_to(-0.5 * (law.LOG_PRICES / law.PRICE_SD) ** 2, (n, days, law.PRICE_K.size)).copy()
     log_market[exclude >= 0, exclude[exclude >= 0]] = -np.inf

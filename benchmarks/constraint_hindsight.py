@@ -1,4 +1,4 @@
-"""How much of a day's hindsight its MC constraints carry, per recipe (issue 12, part 1).
+"""How much of a day's hindsight its MC constraints carry, per recipe.
 
 For every day of a market, the ``prior`` constraints (the manifest's, or drawn again) and the ``paper``
 recipe's on the same impressions, with the slot-wise oracle's ``D*`` under each. Prints, per recipe and

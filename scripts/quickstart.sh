@@ -16,7 +16,7 @@ MARKET="$OUT/market"
 SETTING="${SETTING:-mc}"
 DAYS_ID="${DAYS_ID:-16}"
 # 1M impressions a day, as the benchmark market: at 100k a day deliveries are so sparse (a few per slot) that
-# the default CBRL config does not learn there (best validation 0.57, test below RM; issue 12).
+# the default CBRL config does not learn there (best validation 0.57, test below RM).
 IMPRESSIONS="${IMPRESSIONS:-1000000}"
 EPOCHS="${EPOCHS:-24}"
 UPDATES="${UPDATES:-600}"

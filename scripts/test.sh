@@ -8,5 +8,5 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy   # model/, service/, training/ and rcb/ ([tool.mypy] in pyproject.toml)
 # One pytest worker per logical CPU (pytest-xdist), each test file on one worker so a module's trained fixtures
-# are built once: 3:07 against 5:22 in one process on 2 cores (session 39). RCB_TEST_WORKERS=0 runs in one process.
+# are built once: 3:07 against 5:22 in one process on 2 cores. RCB_TEST_WORKERS=0 runs in one process.
 .venv/bin/python -m pytest -q -n "${RCB_TEST_WORKERS:-logical}" --dist loadfile "$@"

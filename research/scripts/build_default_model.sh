@@ -14,9 +14,9 @@
 #       # model selection on validation days (held-out train days), by the rule of research/selection.py:
 #       # the ensemble of all RUNS, unless the best single run beats it there by more than 0.02 ANS
 #
-# (scripts/results.sh and research/scripts/suite.sh train runs of exactly that config.) Scratch files land in $WORK.
+# (research/scripts/benchmark.sh and research/scripts/suite.sh train runs of exactly that config.) Scratch files land in $WORK.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bash scripts/setup.sh
 rcb() { .venv/bin/rcb "$@"; }
 

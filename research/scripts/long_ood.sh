@@ -16,7 +16,7 @@
 # markets, and evaluations made by the same methods from the same model card or runs' best actors, are kept.
 # About 1 minute per market to generate and 3-4 minutes per model and market to evaluate on 2 cores.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bash scripts/setup.sh
 rcb() { .venv/bin/rcb "$@"; }
 

@@ -9,7 +9,7 @@
 #
 # A card's earlier `measured.selection` (how the model was chosen) is kept unless SELECTION (JSON) is given.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 MODEL="${1:?usage: measure_model.sh MODEL_DIR MARKET_DIR}"
 MARKET="${2:?usage: measure_model.sh MODEL_DIR MARKET_DIR}"
 WORK="${WORK:-out/measure-model}"
@@ -31,7 +31,7 @@ import json, sys
 from pathlib import Path
 
 from model.artifact import read_card
-from training.export.onnx import record_figures
+from training.export.card import record_figures
 
 model, market, work, selection = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 before = read_card(Path(model)).evaluation.measured or {}

@@ -15,7 +15,7 @@
 # an evaluation already in OUT is kept. About 3-6 minutes per market and split on 2 cores (the planner's tuning
 # plays 12 candidates on every train day).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bash scripts/setup.sh
 rcb() { .venv/bin/rcb "$@"; }
 

@@ -9,7 +9,7 @@
 # epoch of each run's last quarter becomes a member (rcb reselect --snapshots: $RUNS/<market>/sc/snapshots/cbrl-s<k>/
 # epoch-NNN); in MC it is the runs as trained (MC's early epochs validate best: rule N).
 # The paper's RL rivals (RIVALS: Hard, CRL, USCB, RCPO) are trained with the same seeds and play beside it,
-# with and without the shield; USCB's gamma and RCPO's dual-ascent step are the values scripts/results.sh
+# with and without the shield; USCB's gamma and RCPO's dual-ascent step are the values research/scripts/benchmark.sh
 # validated per setting.
 # Resumable: finished runs, markets and evaluations are kept, an interrupted training run is resumed; a finished
 # run of another config than asked (a changed default or TRAIN_ARGS) stops the script (rcb train --skip-done).
@@ -28,7 +28,7 @@
 # With DAYS_OOD other than 20 the markets and outputs go to data/suite-ood<N>/ and out/suite-ood<N>/; the runs
 # are shared, since the train days (all a run is fitted to) are byte-identical.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bash scripts/setup.sh
 MARKETS="${MARKETS:-bench sparse shifted volatile}"
 SETTINGS="${SETTINGS:-mc}"
@@ -56,7 +56,7 @@ model_methods() {  # SETTING: the shipped model alone and shielded, where it was
 TRAIN_ARGS="${TRAIN_ARGS:-}"       # extra `rcb train` options for every CBRL run (empty: the defaults)
 FIXTURES="${FIXTURES:-1}"          # 0: skip the importer fixtures
 RIVALS="${RIVALS-hard crl uscb rcpo}"  # the RL rivals trained beside CBRL (empty: none)
-rival_args() {  # SETTING ALGO: the rival's validated knob (scripts/results.sh: gamma 3 SC / 2 MC, step 1)
+rival_args() {  # SETTING ALGO: the rival's validated knob (research/scripts/benchmark.sh: gamma 3 SC / 2 MC, step 1)
   case "$2" in
     uscb) [ "$1" = mc ] && echo "--uscb-gamma 2" || echo "--uscb-gamma 3" ;;
     rcpo) echo "--rcpo-learning-rate 1" ;;

@@ -1,4 +1,4 @@
-# Sourced by scripts/results.sh and research/scripts/suite.sh: one resumable `rcb train` run per input line.
+# Sourced by research/scripts/benchmark.sh and research/scripts/suite.sh: one resumable `rcb train` run per input line.
 #
 #   train_run DATA SETTING ALGO SEED OUT [rcb train args]   # skipped when finished with the same config and
 #                                                           # train days (refused when the config differs: a
