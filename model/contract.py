@@ -1,4 +1,5 @@
-"""Constants of the bidding problem that training, export and serving must agree on (SPEC 1, 5)."""
+"""Constants of the bidding problem that training, export and serving must agree on (docs/data-schema.md,
+docs/model-artifact.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ RATIO_MAX: float = 4.0
 
 
 class Setting(StrEnum):
-    """SPEC 1's problem settings: SC is ROI >= 1 with no budget; MC uses each episode's own L and B."""
+    """The problem settings (docs/data-schema.md): SC is ROI >= 1 with no budget; MC uses each episode's own L and B."""
 
     SC = "sc"
     MC = "mc"

@@ -1,16 +1,15 @@
 """The observation features of the slot-wise policy (paper appendix, "Policy design"), computable online.
 
 One function, :func:`observe`, used by the simulator-driven training, by offline evaluation and by
-the live service. Every feature uses only what a live bidder knows (SPEC 5): the registration
+the live service. Every feature uses only what a live bidder knows: the registration
 (L and B), its own past ratios and the slot stats it was told (delivery, cost, wins, auctions).
 
 Every feature is **scale-free**: a ratio of two amounts of the campaign itself, never an amount. The
 paper normalizes delivery by the *same day's* hindsight oracle ``D*_T``, which leaks the answer; a
-first version here divided by a "reference delivery" (the median hindsight oracle delivery of the
-train days), which no advertiser can compute and which is wrong by the ratio of two price scales on
-a market the model was not trained on. The two features that needed it (the last slot's delivery at
-a daily scale, and the banked surplus ``D - L C`` at that scale) were dropped: validation-day scores
-with and without them are in RESULTS.md's tuning log. So a campaign registers L and B and nothing else.
+"reference delivery" from the train days (their median hindsight oracle delivery) is no better: no
+advertiser can compute it, and it is wrong by the ratio of two price scales on a market the model was not
+trained on. So no feature is an amount at a daily scale (the last slot's delivery, the banked surplus
+``D - L C``), and a campaign registers L and B and nothing else.
 
 Features (all clipped to the range listed in :data:`FEATURES`, so training and serving agree):
 
@@ -68,7 +67,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("slot_price", -3.0, 3.0),
     Feature("has_budget", 0.0, 1.0),
 )
-"""Names, order and clip ranges: part of the model artifact contract (SPEC 5)."""
+"""Names, order and clip ranges: part of the model artifact contract (docs/model-artifact.md)."""
 
 CONTROLLER_FEATURE = Feature("controller_ratio", 0.0, 1.0)
 """The residual models' extra feature, after :data:`FEATURES` (a ratio in [0.01, 4] over 4 never clips)."""

@@ -1,8 +1,8 @@
 """What a bidder may know about its episodes: the registration and the slot stats observed so far.
 
 Every bidder (baselines, RL agents, exported ONNX models, the live service) sees exactly this and
-nothing else, so offline numbers and online behaviour come from the same information (SPEC 5: no
-hindsight, no regime, no oracle). Arrays are batched over ``n`` episodes.
+nothing else, so offline numbers and online behaviour come from the same information (no hindsight, no
+regime, no oracle). Arrays are batched over ``n`` episodes.
 
 The slot stats are what an ad engine can report at the end of each 30-minute slot
 (:data:`SLOT_STATS`): the delivery it attributed *during* the slot (a late conversion counts in the
@@ -27,7 +27,7 @@ SLOT_STATS: tuple[str, ...] = ("delivery", "cost", "wins", "auctions")
 class Registration:
     """What a campaign declares when an episode starts (arrays of shape ``(n,)``): L and B, nothing else.
 
-    Both are known before the day: no field may need the day's own hindsight (SPEC 5).
+    Both are known before the day: no field may need the day's own hindsight.
     """
 
     roi_target: np.ndarray

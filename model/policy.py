@@ -153,7 +153,7 @@ class Policy:
         """A residual model's reference controller (it reads ``controller_ratio``), else None."""
         self.bid_scale = artifact.card.bid_scale_factor() if bid_scale is None else float(bid_scale)
         """The factor on every decided ratio: the card's calibrated ``bid_scale`` (1 without one), or the one given
-        (:mod:`training.bid_calibration` plays candidates with it)."""
+        (:mod:`training.export.calibrate` plays candidates with it)."""
         low, high = BID_SCALE_RANGE
         if not low <= self.bid_scale <= high:  # also refuses nan: a card's own factor is checked the same way
             raise ValueError(f"bid scale must be in [{low:g}, {high:g}], not {self.bid_scale!r}")

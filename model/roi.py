@@ -4,7 +4,7 @@
   it cannot have violated the ROI constraint (``D >= L * C`` holds at ``C = 0``).
 * An episode is feasible iff ``ROI >= L`` and ``C <= B`` (``B = inf`` for no budget). Both comparisons are
   exact: there is no tolerance. The oracle's answers are checked against this very predicate in plain
-  float arithmetic (``training.oracle``), so an exact rule is what keeps ``D*`` feasible by construction.
+  float arithmetic (``training.replay.oracle``), so an exact rule is what keeps ``D*`` feasible by construction.
 
 Torch-free and numpy-only, so the service can import it.
 """

@@ -15,8 +15,6 @@ back). The shield bounds it, slot by slot, from the campaign's cumulative stats 
 * with a budget, the ROI threat is weighed by how much of B the day has spent, up to ``roi_min_spend``: a
   campaign that paid a sliver of its budget for nothing yet (ROI 0 after a few slots of sparse traffic) has
   not lost the day, and capping it at a controller that is itself sliding to 0 would lose it;
-* ``trust`` moves every edge out by the same log-ratio, in every state: a model that beat its controller on held-out
-  days may be given it (the model card's ``shield`` section, :mod:`training.shield_calibration`); 0 by default;
 * a proposed ratio outside the band is moved to its edge, and the shield says it acted.
 
 Numpy only; the same function runs in ``rcb evaluate`` (``shield:METHOD``) and in the service.
@@ -32,23 +30,14 @@ from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.controller import RATIO_FLOOR, ControllerGains, controller_ratios
 from model.history import History
 
-TRUST_MAX = 1.0
-"""The most a band may be widened by trust (log-ratio): even a trusted policy stays within e^(wide + 1) of its
-controller while safe, and within e^(tight_above + 1) above it under threat."""
-
 
 @dataclass(frozen=True)
 class ShieldConfig:
     """The band's widths and the thresholds of the two threats (log-ratio units for widths).
 
-    The defaults were chosen on train days only (``python -m training.shield_sweep``; RESULTS.md, "a deficit on
-    a sliver of the budget"): among the settings that kept the shielded CSR within 0.05 of the PID's on the
-    train days of all four suite markets, in MC (the shipped model) and in SC (the ensemble trained on
-    ``sparse``), on all but one a market the model was not trained on, the one with the highest mean ANS.
-    Session 7's defaults (the upper edge closing to the controller's ratio from ``L * 1.1``, a ROI deficit a
-    whole threat however little of B was spent) missed that bound on ``sparse`` in SC; the defaults before
-    them (a symmetric band narrowing to 0.1 from ``L * 1.1`` down to ``L * 0.7``) on ``bench`` and
-    ``volatile`` in MC.
+    The defaults keep the shielded CSR within 0.05 of the PID's on the train days of the four suite markets, in MC
+    (the shipped model) and in SC (the ensemble trained on ``sparse``), and have the highest mean ANS of the bands
+    that do (RESULTS.md). A model card's ``shield`` section may set other values (:class:`model.artifact.ShieldInfo`).
     """
 
     wide: float = 0.7
@@ -59,29 +48,24 @@ class ShieldConfig:
     tight_above: float = -0.1
     """Half-width above the controller's ratio under full threat, negative for an upper edge below it: -0.1, at
     most 90% of the controller's ratio then, so a threatened policy ends the day more careful than the PID it
-    is measured against (0, no higher than the controller, missed the bound on ``sparse``'s SC train days;
-    0.05 missed it on ``bench``'s MC train days)."""
+    is measured against (at 0 or above, the shielded CSR falls more than 0.05 below the PID's on a suite market's
+    train days)."""
     roi_slack: float = 0.2
     """No ROI threat while the cumulative ROI is at least ``L * (1 + roi_slack)``."""
     roi_alarm: float = 0.0
-    """Full ROI threat once the cumulative ROI is down to ``L * (1 - roi_alarm)``: 0, at the target itself. (With
-    a symmetric band this pinned a good policy to a weak controller, from below as well; with ``tight_above``
-    the policy may still bid below the controller.)"""
+    """Full ROI threat once the cumulative ROI is down to ``L * (1 - roi_alarm)``: 0, at the target itself. The band
+    under full threat still spans ``c * exp(-tight)`` to ``c * exp(tight_above)``, so a good policy is not pinned to
+    a weak controller's ratio."""
     pace_alarm: float = 0.2
     """Full budget threat once the spent share of B runs this far ahead of the planned share of the day's traffic."""
     warmup_slots: int = 4
-    """No ROI threat is read from fewer slots than this: early slots' ROI is mostly noise (2 cost 0.024 ANS on the
+    """No ROI threat is read from fewer slots than this: early slots' ROI is mostly noise (2 costs 0.024 ANS on the
     ``sparse`` market's train days, about 19 delivering impressions a slot, and nothing elsewhere). The budget threat
     is read from the first slot."""
     roi_min_spend: float = 0.02
     """With a budget, the ROI threat grows with the spent share of B up to this share and is whole from there: a
-    deficit on a sliver of the budget can still be earned back (0: whole however little was spent). 0.02 was chosen
-    on the four suite markets' train days (RESULTS.md, "a deficit on a sliver of the budget"); without a
-    budget (SC) there is no scale to weigh by and the threat is whole."""
-    trust: float = 0.0
-    """Log-ratio added to both half-widths in every state (``wide``, ``tight`` and ``tight_above`` alike): 0.1 lets
-    the policy bid about 10% further from the controller on either side. Earned per model on its validation days
-    (:mod:`training.shield_calibration`) and carried on its card; never more than :data:`TRUST_MAX`."""
+    deficit on a sliver of the budget (2% by default) can still be earned back (0: whole however little was spent).
+    Without a budget (SC) there is no scale to weigh by and the threat is whole."""
 
     def __post_init__(self) -> None:
         if not 0 < self.tight <= self.wide:
@@ -94,8 +78,6 @@ class ShieldConfig:
             raise ValueError(f"need pace_alarm > 0 and 0 <= warmup_slots <= {SLOTS_PER_DAY}")
         if not 0 <= self.roi_min_spend <= 1:
             raise ValueError("need 0 <= roi_min_spend <= 1")
-        if not 0 <= self.trust <= TRUST_MAX:
-            raise ValueError(f"need 0 <= trust <= {TRUST_MAX}")
 
 
 @dataclass(frozen=True)
@@ -156,8 +138,8 @@ def band(history: History, gains: ControllerGains, config: ShieldConfig) -> tupl
     """The band for slot ``history.slot``, whatever is proposed: ``(low, high, threat)``, each ``(n,)``."""
     reference = controller_ratios(history, gains)
     threat = threat_level(history, gains, config)
-    below = config.wide * (1 - threat) + config.tight * threat + config.trust
-    above = config.wide * (1 - threat) + config.tight_above * threat + config.trust
+    below = config.wide * (1 - threat) + config.tight * threat
+    above = config.wide * (1 - threat) + config.tight_above * threat
     low = np.clip(reference * np.exp(-below), RATIO_FLOOR, RATIO_MAX)
     high = np.clip(reference * np.exp(above), RATIO_FLOOR, RATIO_MAX)
     return low, high, threat

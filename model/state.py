@@ -150,8 +150,8 @@ class CampaignState:
         return self.next_ratio if slot + 1 == self.slot else float(self.column("ratios")[slot + 1])
 
     def decided_by_at(self, decision: int) -> str:
-        """Who decided the ratio for slot ``decision`` (the current decider where a state written before this was
-        kept does not say)."""
+        """Who decided the ratio for slot ``decision`` (the current decider where the state does not say: a blob
+        without the per-decision record)."""
         code = self.deciders[decision] if 0 <= decision < len(self.deciders) else "?"
         return _DECIDERS.get(code, self.decided_by)
 
@@ -208,7 +208,8 @@ class CampaignState:
             "mv": self.model_version,
             "by": self.decided_by,
             "u": self.updated,
-            # Added within format version 1: a reader without them ignores them, and this one does without them.
+            # Optional within format version 1: a reader that does not know them ignores them, and a blob without
+            # them reads as deciders and versions unknown.
             "dby": self.deciders,
             "mvs": [list(v) for v in self.versions],
         }
@@ -263,8 +264,8 @@ class CampaignState:
 
 
 def _floats(values: np.ndarray | None) -> tuple[float, ...] | None:
-    """A posterior's values as Python floats (``tolist`` converts in C: a per-value ``float()`` was a third of
-    :meth:`CampaignState.decided`, which a slot batch runs for every campaign on the event loop)."""
+    """A posterior's values as Python floats, converted in C by ``tolist`` (:meth:`CampaignState.decided` runs
+    this for every campaign of a slot batch, on the event loop)."""
     return None if values is None else tuple(np.asarray(values, dtype=np.float64).tolist())
 
 

@@ -39,10 +39,11 @@ _built: dict[str, Exported] = {}
 def exported_runs(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     """Generate, train and export once; later callers in the session get the same directories."""
     if "runs" not in _built:
-        from training.agents.sac import SACConfig
-        from training.export import export_planner, export_run
+        from training.export.onnx import export_run
+        from training.export.planner import export_planner
         from training.market.generator import config_with, generate_market
-        from training.train import run_training
+        from training.rl.runs import run_training
+        from training.rl.sac import SACConfig
 
         root = tmp_path_factory.mktemp("exported")
         market = root / "market"

@@ -28,12 +28,14 @@ from model.artifact import (
     POLICY_FILE,
     ArtifactError,
     ModelCard,
+    as_config,
     code_features,
     encoder_spec,
     load_artifact,
     policy_spec,
     read_card,
 )
+from model.artifact.card import SERVED_BAND_EXTRA
 from model.features import N_FEATURES
 from model.shield import ShieldConfig
 from model.trajectory import episode_steps, prefix_mask, transitions
@@ -160,11 +162,54 @@ def test_the_card_carries_the_shield_band_the_model_is_served_with(exported: Exp
     assert load_artifact(exported.cbrl_model).shield_config() == ShieldConfig()
     directory = tmp_path / "model"
     shutil.copytree(exported.cbrl_model, directory)
-    rewrite_card(directory, lambda r: r.update(shield={"config": {"trust": 0.2, "warmup_slots": 2}, "chosen_by": "me"}))
+    rewrite_card(directory, lambda r: r.update(shield={"config": {"wide": 0.6, "warmup_slots": 2}, "chosen_by": "me"}))
     artifact = load_artifact(directory)
-    assert artifact.shield_config() == ShieldConfig(trust=0.2, warmup_slots=2)
+    assert artifact.shield_config() == ShieldConfig(wide=0.6, warmup_slots=2)
     assert isinstance(artifact.shield_config().warmup_slots, int) and artifact.card.shield is not None
     assert artifact.card.shield.chosen_by == "me"
+
+
+def test_a_shield_band_that_sets_trust_is_refused_and_a_trust_of_0_reads_as_absent(exported: Exported, tmp_path: Path):
+    """``ShieldConfig`` has no ``trust``: a card whose band sets one above 0 is refused in one line, by the loader and
+    by read_card; ``trust: 0`` is the band without it, the same band and the same model version."""
+    directory = tmp_path / "model"
+    shutil.copytree(exported.cbrl_model, directory)
+    band = {"wide": 0.6, "warmup_slots": 2}
+    rewrite_card(directory, lambda r: r.update(shield={"config": band, "chosen_by": "me"}))
+    without = load_artifact(directory)
+    rewrite_card(directory, lambda r: r["shield"]["config"].update(trust=0))
+    with_zero = load_artifact(directory)
+    assert with_zero.shield_config() == without.shield_config() == ShieldConfig(wide=0.6, warmup_slots=2)
+    assert with_zero.card.shield is not None and "trust" not in with_zero.card.shield.config
+    assert with_zero.card.served_sha256() == without.card.served_sha256()
+    for trust in (0.35, 1e-9, -0.2, "0.1", True):
+        rewrite_card(directory, lambda r, trust=trust: r["shield"]["config"].update(trust=trust))
+        for read in (load_artifact, read_card):
+            with pytest.raises(ArtifactError) as refused:
+                read(directory)
+            message = str(refused.value)
+            assert message == (
+                f"{directory / CARD_FILE}: model.json's shield section sets trust ({trust}), which this version does "
+                "not support; re-export the model"
+            )
+            assert "\n" not in message
+    raw = json.loads((directory / CARD_FILE).read_text())
+    raw["shield"]["config"]["trust"] = 0.35
+    with pytest.raises(ValidationError, match="sets trust"):  # a card built in code is refused too
+        ModelCard.model_validate(raw)
+    assert as_config({"trust": 0.0, "warmup_slots": 2.0}) == ShieldConfig(warmup_slots=2)
+    with pytest.raises(ValueError, match=r"sets trust \(0.1\), which this version does not support"):
+        as_config({"trust": 0.1})
+    with pytest.raises(TypeError):
+        ShieldConfig(trust=0.0)  # type: ignore[call-arg]
+
+
+def test_the_shipped_default_model_keeps_its_model_version():
+    """The service names a model by :meth:`ModelCard.served_sha256` and campaigns pin that name: the digest of
+    ``models/default`` is the one deployed (the band hashed with ``trust: 0``, :data:`SERVED_BAND_EXTRA`)."""
+    card = read_card(ROOT / "models" / "default")
+    assert card.served_sha256() == "b480e20b018fd3b612ee056c28c5cddc68b49296bfe4d86d78fb68ac0b8b6f47"
+    assert SERVED_BAND_EXTRA == {"trust": 0.0}
 
 
 def test_a_residual_card_needs_its_reference_controller(exported: Exported):
@@ -248,12 +293,16 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
         "warmup_slots counts slots, not 2.5",
     ),
     "shield value not a number": (
-        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trust": "0.1"}})),
-        "shield.config.trust",
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"wide": "0.7"}})),
+        "shield.config.wide",
     ),
     "invalid shield band": (
-        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trust": -0.2}})),
-        "shield.config: need 0 <= trust",
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"tight": -0.2}})),
+        "shield.config: need 0 < tight <= wide",
+    ),
+    "shield band with a trust": (
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trust": 0.1}})),
+        "model.json's shield section sets trust \\(0.1\\), which this version does not support; re-export the model",
     ),
     "controller gain out of range": (
         lambda d, e: rewrite_card(d, lambda r: r["training"].update(controller={**GAINS, "initial_ratio": 10.0})),
@@ -268,8 +317,8 @@ BAD_ARTIFACTS: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
         "must be finite numbers",
     ),
     "shield value too large for a float": (  # JSON integers have no size limit; numpy's isfinite raised TypeError
-        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"trust": 10**400}})),
-        "shield.config: trust must be a finite number",
+        lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"wide": 10**400}})),
+        "shield.config: wide must be a finite number",
     ),
     "shield warmup past the day": (  # a shield that never acts
         lambda d, e: rewrite_card(d, lambda r: r.update(shield={"config": {"warmup_slots": 10**25}})),
@@ -333,7 +382,7 @@ def test_what_is_hashed_is_what_is_served_while_an_export_replaces_the_directory
     """rcb export --force swaps the directory while a reload reads it: before, each file was hashed from one read
     and opened by onnxruntime from a second, and the version read the card a third time, so a reload could serve
     the old card with the new graphs under the new card's version."""
-    import model.artifact as artifact_module
+    import model.artifact.loader as loader_module
 
     directory = tmp_path / "model"
     shutil.copytree(exported.cbrl_model, directory)
@@ -354,7 +403,7 @@ def test_what_is_hashed_is_what_is_served_while_an_export_replaces_the_directory
         if values.dtype == np.float32 and values.size > 1:
             init.CopyFrom(numpy_helper.from_array(rng.normal(size=values.shape).astype(np.float32), init.name))
     onnx.save(graph, other / POLICY_FILE)
-    session = artifact_module._session
+    session = loader_module._session
     swapped: list[bool] = []
 
     def swap_then_open(path: Path, graph_bytes: bytes, threads: int) -> object:
@@ -364,7 +413,7 @@ def test_what_is_hashed_is_what_is_served_while_an_export_replaces_the_directory
             swapped.append(True)
         return session(path, graph_bytes, threads)
 
-    monkeypatch.setattr(artifact_module, "_session", swap_then_open)
+    monkeypatch.setattr(loader_module, "_session", swap_then_open)
     loaded = load_artifact(directory)
     assert swapped and loaded.card_sha256 == card_sha
     np.testing.assert_array_equal(loaded.act(obs, z), expected)
@@ -402,7 +451,7 @@ def test_a_missing_directory_is_refused(tmp_path: Path):
 
 def test_the_shipped_default_model_loads_and_bids():
     """``models/default`` must match this code (features, format); after changing either, rebuild it."""
-    hint = "rebuild it with: bash scripts/build_default_model.sh"
+    hint = "rebuild it with: bash research/scripts/build_default_model.sh"
     try:
         artifact = load_artifact(ROOT / "models" / "default")
     except ArtifactError as exc:

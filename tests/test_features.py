@@ -14,7 +14,7 @@ from model.history import History, Registration
 from model.sampling import noise, noise_batch, sample_posterior
 from training.bidders.base import play
 from training.bidders.rm import ConstantRatio
-from training.simulator import DayIndex
+from training.replay.simulator import DayIndex
 
 
 def _history_by_hand() -> History:

@@ -25,9 +25,9 @@ from model.sampling import noise
 from model.state import CampaignState
 from training.bidders.base import play
 from training.bidders.onnx import OnnxBidder
-from training.dayset import DaySet
 from training.market.dataset import Market
-from training.train import load_run_bidder
+from training.replay.dayset import DaySet
+from training.rl.runs import load_run_bidder
 
 RATIO_TOLERANCE = 1e-6
 

@@ -17,24 +17,17 @@ from model.contract import SLOTS_PER_DAY
 from model.controller import ControllerGains, controller_ratios
 from model.history import History, Registration
 from model.shield import ShieldConfig, shield, threat_level
+from research.shield_sweep import main as shield_sweep_main
+from research.shield_sweep import parse_config, sweep
+from research.significance import paired_gap
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
-from training.dayset import DaySet
-from training.evaluate import (
-    EvaluationError,
-    evaluate,
-    market_shield_gains,
-    method_label,
-    parse_methods,
-    run_bidder,
-    shield_gains,
-    split_days,
-)
+from training.evaluation.evaluate import EvaluationError, evaluate, split_days
+from training.evaluation.methods import method_label, parse_methods, run_bidder
+from training.evaluation.shielding import market_shield_gains, shield_gains
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
-from training.shield_sweep import main as shield_sweep_main
-from training.shield_sweep import parse_config, sweep
-from training.significance import paired_gap
+from training.replay.dayset import DaySet
 
 
 def history_with(roi: float, slots: int = 10, budget: float | None = None, cost_per_slot: float = 10.0) -> History:
@@ -154,21 +147,29 @@ def test_a_deficit_on_a_sliver_of_the_budget_is_a_threat_in_proportion():
         ShieldConfig(roi_min_spend=1.5)
 
 
-def test_trust_moves_every_edge_out_by_the_same_log_ratio():
-    """``trust``: in every state (safe or threatened) both edges move out by ``exp(trust)``; bounded to [0, 1]."""
-    gains = ControllerGains()
-    for roi in (1.5, 1.05, 0.6):  # safe, part threat, full threat
-        history = history_with(roi=roi)
-        plain, trusted = (
-            shield(history, np.array([1.0]), gains),
-            shield(history, np.array([1.0]), gains, ShieldConfig(trust=0.2)),
-        )
-        assert trusted.threat[0] == plain.threat[0]
-        assert trusted.high[0] == pytest.approx(min(plain.high[0] * np.exp(0.2), 4.0))
-        assert trusted.low[0] == pytest.approx(plain.low[0] * np.exp(-0.2))
-    for bad in (-0.1, 1.5):
-        with pytest.raises(ValueError, match="trust"):
-            ShieldConfig(trust=bad)
+def test_the_band_is_the_half_widths_around_the_controller_and_nothing_more():
+    """``[c exp(-below), c exp(above)]``, each half-width from ``wide`` to ``tight`` / ``tight_above`` as the threat
+    grows, clipped to [0.01, 4]: the formula and its figures for the default band (safe, part and full threat, and a
+    budget overspent), and no ``trust`` to widen it."""
+    gains, config = ControllerGains(), ShieldConfig()
+    figures = {  # (roi, budget): (low, high, threat) behind the default band
+        (1.5, None): (0.8743528967283339, 3.545675837823285, 0.0),
+        (1.05, None): (0.6853495952903552, 1.1299504556209334, 0.75),
+        (0.6, None): (0.4398237445815102, 0.5372019347361906, 1.0),
+        (1.0, 150.0): (0.018569752849751014, 0.02268114734903856, 1.0),
+    }
+    for (roi, budget), (low, high, threat) in figures.items():
+        history = history_with(roi=roi, budget=budget)
+        out = shield(history, np.array([1.0]), gains, config)
+        assert (out.low[0], out.high[0], out.threat[0]) == pytest.approx((low, high, threat), rel=1e-12, abs=1e-15)
+        c, t = controller_ratios(history, gains)[0], out.threat[0]
+        below = config.wide * (1 - t) + config.tight * t
+        above = config.wide * (1 - t) + config.tight_above * t
+        assert out.low[0] == pytest.approx(np.clip(c * np.exp(-below), 0.01, 4.0), rel=1e-14)
+        assert out.high[0] == pytest.approx(np.clip(c * np.exp(above), 0.01, 4.0), rel=1e-14)
+    assert "trust" not in ShieldConfig.__dataclass_fields__
+    with pytest.raises(TypeError, match="trust"):
+        ShieldConfig(trust=0.2)  # type: ignore[call-arg]
 
 
 def test_the_shield_keeps_every_slot_in_range():
@@ -243,7 +244,7 @@ def test_a_residual_runs_shield_is_centred_on_its_own_reference(tmp_path_factory
 
 
 def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: pytest.TempPathFactory):
-    """``python -m training.shield_sweep``: the default config's row is ``shield:onnx:MODEL`` of rcb evaluate."""
+    """``python -m research.shield_sweep``: the default config's row is ``shield:onnx:MODEL`` of rcb evaluate."""
     exported = exported_runs(tmp_path_factory)
     model = f"onnx:{exported.cbrl_model}"
     assert parse_config("wide")[1] == ShieldConfig()
@@ -266,7 +267,7 @@ def test_the_shield_sweep_plays_each_setting_beside_the_pid(tmp_path_factory: py
     configs = [parse_config("default"), parse_config("open:roi_slack=0,roi_alarm=1,tight=0.7,tight_above=0.7")]
     summary, episodes = sweep(exported.market, "test", SETTING, model, configs, seeds=2)
     assert list(summary) == ["pid", "unshielded", "default", "open"]
-    # The episodes pair by day for training.significance: one PID play, two of each stochastic row.
+    # The episodes pair by day for research.significance: one PID play, two of each stochastic row.
     assert episodes.groupby("method")["seed"].nunique().to_dict() == {
         "pid": 1,
         "unshielded": 2,
