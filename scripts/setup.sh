@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install rcb with its training, benchmark and dev extras. Idempotent: a second run
-# checks the installed packages and returns in seconds.
+# Create .venv (once) and install rcb with its offline, training, benchmark and dev extras (the base install alone
+# is the bidding service; pyproject.toml). Idempotent: a second run checks the installed packages and returns in
+# seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Scripts started together (two scripts/plan_suite.sh, say) would race pip over one .venv: one setup at a time.
+# Scripts started together (two research/scripts/plan_suite.sh, say) would race pip over one .venv: one setup at a time.
 exec 9> .setup.lock
 flock 9
 PYTHON="${PYTHON:-python3}"
@@ -53,8 +54,8 @@ else
   install_torch ${replace[@]+"${replace[@]}"} --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" \
     || { echo "setup: the CPU index is out of reach; installing torch as pip resolves it" >&2; install_torch; }
 fi
-[ -n "${fresh:-}" ] && echo "setup: rcb and its dependencies (pyproject.toml: base + train, bench, dev extras)"
-.venv/bin/python -m pip install "${QUIET[@]}" -e '.[train,bench,dev]' 2>&1 | { grep -v "^WARNING: Location\|BuildBackendWarning\|^  *!!\|^  *\*\*\*\|Please be careful\|name as your package\|with strategy, WheelFile\|^  *$" || true; }
-.venv/bin/python -c "import rcb, torch, onnxruntime, fastapi, redis" || { echo "setup: the install failed" >&2; exit 1; }
+[ -n "${fresh:-}" ] && echo "setup: rcb and its dependencies (pyproject.toml: base + offline, train, bench, dev extras)"
+.venv/bin/python -m pip install "${QUIET[@]}" -e '.[offline,train,bench,dev]' 2>&1 | { grep -v "^WARNING: Location\|BuildBackendWarning\|^  *!!\|^  *\*\*\*\|Please be careful\|name as your package\|with strategy, WheelFile\|^  *$" || true; }
+.venv/bin/python -c "import rcb, torch, onnxruntime, fastapi, redis, pandas, pyarrow, httpx" || { echo "setup: the install failed" >&2; exit 1; }
 [ -n "${fresh:-}" ] && echo "setup: done (.venv)"
 true
