@@ -17,7 +17,7 @@ from service.log_config import configure_logging
 from service.metrics import Metrics
 from service.middleware import LimitsAndMetrics
 from service.routes import admin, bids, campaigns, health, slot_updates, ui
-from service.schemas import SlotUpdateBatch
+from service.schemas import SlotUpdate
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -48,15 +48,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _openapi(app: FastAPI) -> dict:
-    """FastAPI's schema plus the bodies of the routes that parse them themselves: /v1/bid (raw bytes) and the slot
-    batch (each update validated on its own)."""
+    """FastAPI's schema plus the bodies /v1/bid parses itself (raw bytes), and the slot update the batch's items
+    refer to (each validated on its own)."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(
         title=app.title, version=app.version, summary=app.summary, description=app.description, routes=app.routes
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in (*bids.DOCUMENTED_MODELS, SlotUpdateBatch):
+    for model in (*bids.DOCUMENTED_MODELS, SlotUpdate):
         body = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(body.pop("$defs", {}))
         components[model.__name__] = body

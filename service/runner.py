@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from anyio import to_thread
 
-from model.artifact import Artifact, ArtifactError, load_artifact
+from model.artifact import Artifact, ArtifactError, as_config, load_artifact
 from model.controller import RATIO_FLOOR, ControllerGains, controller_ratios
 from model.features import out_of_range
 from model.history import History
@@ -71,7 +71,7 @@ def measured_with(measured: dict[str, Any], served: ShieldConfig) -> bool:
     """Whether a card's ``evaluation.measured.shield`` is the band ``served`` (a field it predates reads as its
     default; an unreadable record is not)."""
     try:
-        return ShieldConfig(**measured) == served
+        return as_config(measured) == served
     except (TypeError, ValueError):
         return False
 
@@ -170,7 +170,7 @@ class ModelRunner:
             # The card's shielded figures are not what this service bids.
             log.warning(
                 "the card's shielded figures were measured with another shield setting; re-measure with "
-                "scripts/measure_model.sh",
+                "research/scripts/measure_model.sh",
                 extra={"card_shield": measured, "served_shield": asdict(shield_config)},
             )
         return version

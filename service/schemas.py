@@ -16,6 +16,8 @@ from model.contract import RATIO_MAX, SLOTS_PER_DAY
 
 CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 """Campaign and episode ids: letters, digits and ``. _ : -``, 1 to 128 characters (no braces: the Redis hash tag)."""
+ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": CAMPAIGN_ID.pattern, "minLength": 1, "maxLength": 128}
+"""The JSON schema of an id, as OpenAPI documents every campaign and episode id (the service matches it whole)."""
 
 
 def check_id(value: str, what: str = "campaign_id") -> str:
@@ -26,12 +28,18 @@ def check_id(value: str, what: str = "campaign_id") -> str:
 
 CampaignId = Annotated[
     str,
-    Field(description="1-128 characters: letters, digits and . _ : -", examples=["shop-42"]),
+    Field(
+        description="1-128 characters: letters, digits and . _ : -", examples=["shop-42"], json_schema_extra=ID_SCHEMA
+    ),
     AfterValidator(check_id),
 ]
 EpisodeId = Annotated[
     str,
-    Field(description="The episode (one day) id, e.g. a date; 1-128 characters: letters, digits and . _ : -"),
+    Field(
+        description="The episode (one day) id, e.g. a date; 1-128 characters: letters, digits and . _ : -",
+        examples=["2026-11-26"],
+        json_schema_extra=ID_SCHEMA,
+    ),
     AfterValidator(lambda v: check_id(v, "episode")),
 ]
 
@@ -60,8 +68,10 @@ def _a_json_number(value: object) -> object:
 
 
 Number = BeforeValidator(_a_json_number)
-Amount = Annotated[float, Number, Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False), AfterValidator(_finite_non_negative)]
-Count = Annotated[int, Number, Field(ge=0, le=2**53)]
+# The constraints go before Number: after a validator pydantic still enforces them but leaves them out of the JSON
+# schema (as unknown "ge"/"le" keys), and OpenAPI would not say them.
+Amount = Annotated[float, Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False), Number, AfterValidator(_finite_non_negative)]
+Count = Annotated[int, Field(ge=0, le=2**53), Number]
 
 
 class _Strict(BaseModel):
@@ -86,7 +96,9 @@ class CampaignRegistration(_Strict):
         description="B: the day's spend cap (at most 1e15); null for none (the SC setting)",
     )
     slots: Annotated[int, Number] = Field(
-        default=SLOTS_PER_DAY, description=f"Slots per episode; models are trained for {SLOTS_PER_DAY}"
+        default=SLOTS_PER_DAY,
+        description=f"Slots per episode: {SLOTS_PER_DAY}, the slots the models are trained for",
+        json_schema_extra={"const": SLOTS_PER_DAY},
     )
     reference: Annotated[float | None, Number] = Field(
         default=None,
@@ -96,7 +108,9 @@ class CampaignRegistration(_Strict):
         "(model card `registration` lists what a model reads: L and B).",
     )
     model: str | None = Field(
-        default=None, description="The model version the caller expects; 409 if the service serves another"
+        default=None,
+        min_length=1,
+        description="The model version the caller expects; 409 if the service serves another",
     )
 
     @model_validator(mode="after")
@@ -132,16 +146,18 @@ class SlotUpdate(SlotStats):
 
 
 class SlotUpdateBatch(_Strict):
-    """``POST /v1/slot-update/batch``: a slot boundary of many campaigns in one call (one model call)."""
+    """``POST /v1/slot-update/batch``: a slot boundary of many campaigns in one call (one model call).
 
-    updates: list[SlotUpdate] = Field(min_length=1)
+    Each update is validated on its own, as the single form validates it: one that is not a valid
+    :class:`SlotUpdate` (of any JSON type) is answered as a 422 item of its own and the others apply.
+    """
 
-
-class SlotUpdateBatchItems(_Strict):
-    """What the batch route parses: :class:`SlotUpdateBatch` with each update left raw, to be validated on its own
-    (one bad item fails only itself; the OpenAPI schema documents :class:`SlotUpdateBatch`)."""
-
-    updates: list[Any] = Field(min_length=1)
+    updates: list[Any] = Field(
+        min_length=1,
+        description="The updates, each a SlotUpdate; an item that does not validate as one is answered as its own "
+        "422 `invalid_request` item (the batch is not refused)",
+        json_schema_extra={"items": {"anyOf": [{"$ref": "#/components/schemas/SlotUpdate"}, {}]}},
+    )
 
 
 class SlotAnswer(BaseModel):
@@ -205,19 +221,39 @@ class CampaignView(BaseModel):
     created: bool | None = Field(default=None, description="PUT only: true when this call started the episode")
 
 
-class BidRequest(BaseModel):
+MAX_UTILITY = 1e30
+"""The largest utility accepted: times a ratio of at most 4 it stays a finite float32 bid (and far past any real
+value of an impression)."""
+Utility = Annotated[float, Field(ge=0, le=MAX_UTILITY, allow_inf_nan=False)]
+
+
+class BidRequest(_Strict):
     """``POST /v1/bid`` (application/json): one campaign's impressions."""
 
     campaign_id: CampaignId
-    utilities: list[Annotated[float, Field(ge=0)]] = Field(min_length=1, description="Predicted utility u_i >= 0 each")
+    utilities: list[Utility] = Field(
+        min_length=1,
+        description="Predicted utility u_i of each impression: finite, 0 to 1e30 (at most `max_utilities` of them, "
+        "413 past it)",
+    )
 
 
-class ColumnarBidRequest(BaseModel):
-    """``POST /v1/bid`` (application/json), many campaigns: ``counts[k]`` utilities of ``campaign_ids[k]`` in turn."""
+class ColumnarBidRequest(_Strict):
+    """``POST /v1/bid`` (application/json), many campaigns: ``counts[k]`` utilities of ``campaign_ids[k]`` in turn.
 
-    campaign_ids: list[CampaignId] = Field(min_length=1)
-    counts: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
-    utilities: list[Annotated[float, Field(ge=0)]]
+    ``counts`` has one entry per campaign id and adds up to the number of utilities (422 otherwise).
+    """
+
+    campaign_ids: list[CampaignId] = Field(
+        min_length=1, description="The campaigns, in turn (at most `max_bid_campaigns`, 413 past it)"
+    )
+    counts: list[Annotated[int, Field(ge=0)]] = Field(
+        min_length=1, description="How many of the utilities are each campaign's: one per campaign id"
+    )
+    utilities: list[Utility] = Field(
+        description="All the utilities, campaign after campaign; empty when every count is 0 (the answer then "
+        "carries the ratios only)"
+    )
 
 
 class BidAnswer(BaseModel):

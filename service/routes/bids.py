@@ -21,12 +21,20 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from service.errors import ERROR_RESPONSES, ApiError, bad_request, store_unavailable, unknown_campaign
+from service.errors import ERROR_BODY, ApiError, bad_request, error_responses, store_unavailable, unknown_campaign
 from service.ratio_cache import CachedRatio
-from service.schemas import CAMPAIGN_ID, BidAnswer, BidRequest, ColumnarBidAnswer, ColumnarBidRequest
+from service.schemas import (
+    CAMPAIGN_ID,
+    ID_SCHEMA,
+    MAX_UTILITY,
+    BidAnswer,
+    BidRequest,
+    ColumnarBidAnswer,
+    ColumnarBidRequest,
+)
 from service.store import StoreUnavailable
 
-router = APIRouter(prefix="/v1", tags=["bids"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["bids"])
 
 JSON = "application/json"
 BINARY = "application/octet-stream"
@@ -38,8 +46,9 @@ _OPENAPI: dict[str, Any] = {
             "name": "campaign_id",
             "in": "query",
             "required": False,
-            "description": "The campaign, for the binary (application/octet-stream) form only",
-            "schema": {"type": "string", "pattern": CAMPAIGN_ID.pattern},
+            "description": "The campaign of the binary (application/octet-stream) form, which needs it (422 without "
+            "it); the JSON forms name their campaigns in the body and refuse only an invalid id here",
+            "schema": ID_SCHEMA,
         }
     ],
     "requestBody": {
@@ -54,7 +63,12 @@ _OPENAPI: dict[str, Any] = {
                 }
             },
             BINARY: {
-                "schema": {"type": "string", "format": "binary", "description": "little-endian float32 utilities"}
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "minLength": 4,
+                    "description": "Little-endian float32 utilities (a multiple of 4 bytes), each finite, 0 to 1e30",
+                }
             },
         },
     },
@@ -72,9 +86,27 @@ _OPENAPI: dict[str, Any] = {
                 },
                 BINARY: {"schema": {"type": "string", "format": "binary"}},
             },
-        }
+        },
+        "400": {
+            "description": "The body is not JSON (`malformed_json`): this route parses its body itself",
+            "content": {JSON: {"schema": ERROR_BODY}},
+        },
     },
 }
+_RESPONSES = error_responses(
+    404,
+    413,
+    415,
+    422,
+    503,
+    s404="`unknown_campaign`: a campaign has no episode",
+    s413="Too large (`too_large`): over `max_utilities` utilities or `max_bid_campaigns` campaign ids, or the body "
+    "over `max_body_bytes`",
+    s415="Neither application/json nor application/octet-stream (`unsupported_media_type`)",
+    s422="Invalid request (`invalid_request`): the detail says what (a cross-field rule included: one count per "
+    "campaign id, adding up to the utilities; the binary form's `campaign_id` and multiple of 4 bytes)",
+    s503="A campaign this process has not cached while the store is unreachable (`store_unavailable`)",
+)
 DOCUMENTED_MODELS = (BidRequest, ColumnarBidRequest, BidAnswer, ColumnarBidAnswer)
 """Registered as OpenAPI components by ``service.main`` (the route parses raw bodies itself)."""
 
@@ -98,11 +130,6 @@ def _utilities(values: Any, limit: int, body: bytes, what: str = "utilities") ->
     array = array.astype(np.float64, copy=False)
     _check_values(array, what)
     return array
-
-
-MAX_UTILITY = 1e30
-"""The largest utility accepted: times a ratio of at most 4 it stays a finite float32 bid (and far past any real
-value of an impression)."""
 
 
 def _check_values(array: np.ndarray, what: str) -> None:
@@ -136,7 +163,7 @@ async def _entries(campaigns: list[str], cache: Any, store: Any) -> tuple[list[C
     return entries, stale
 
 
-@router.post("/bid", openapi_extra=_OPENAPI, response_model=None)
+@router.post("/bid", openapi_extra=_OPENAPI, response_model=None, responses=_RESPONSES)
 async def bid(request: Request) -> Response:
     """Score impressions: `bid = ratio x utility`, ratio from this process's cache (no store round trip)."""
     # The app's objects straight from app.state, not through service.deps: FastAPI runs each sync dependency in a
@@ -160,6 +187,10 @@ async def _bid(request: Request, cache: Any, store: Any, settings: Any, metrics:
         raise bad_request("empty body")
     if content_type == BINARY:
         return await _binary(request, body, cache, store, settings, metrics)
+    if request.scope.get("query_string"):  # the JSON forms name their campaigns in the body; one sent here is an id
+        in_query = _query_campaign(request)
+        if in_query is not None:
+            _campaign(in_query)
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -208,6 +239,12 @@ async def _binary(request: Request, body: bytes, cache: Any, store: Any, setting
     return Response(bids.tobytes(), media_type=BINARY, headers=headers)
 
 
+def _a_count(value: Any) -> bool:
+    if isinstance(value, float):
+        return value.is_integer() and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 async def _columnar(data: dict[str, Any], body: bytes, cache: Any, store: Any, settings: Any, metrics: Any) -> Response:
     extra = set(data) - {"campaign_ids", "counts", "utilities"}
     if extra:
@@ -221,9 +258,15 @@ async def _columnar(data: dict[str, Any], body: bytes, cache: Any, store: Any, s
     campaigns = [_campaign(c) for c in campaigns]
     if not isinstance(counts, list) or len(counts) != len(campaigns):
         raise bad_request("counts must be an array with one count per campaign id")
-    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
-        raise bad_request("counts must be integers >= 0")
-    utilities = _utilities(data.get("utilities"), settings.max_utilities, body)
+    if not all(type(c) is int and c >= 0 for c in counts):  # `type(c) is int`: not a boolean
+        # A whole float such as 4.0 is a count, as in every JSON body of the API.
+        if not all(_a_count(c) for c in counts):
+            raise bad_request("counts must be integers >= 0")
+        counts = [int(c) for c in counts]
+    values = data.get("utilities")
+    # No utilities at all is a request for the ratios only, when every campaign has no impression.
+    empty = values == [] and not any(counts)
+    utilities = np.empty(0) if empty else _utilities(values, settings.max_utilities, body)
     if sum(counts) != utilities.size:
         raise bad_request(f"counts add up to {sum(counts)} but {utilities.size} utilities were sent")
     unique = list(dict.fromkeys(campaigns))

@@ -8,20 +8,24 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.deps import MetricsDep, RunnerDep, SettingsDep, StoreDep
-from service.errors import ApiError
+from service.errors import ERROR_BODY, ApiError
 
 router = APIRouter(tags=["health"])
 
+READYZ_503 = "Not ready (`not_ready`): the store is unreachable or no model is loaded; the detail says which"
 
-@router.head("/healthz", include_in_schema=False)  # load balancers probe with HEAD; registered after GET, so a 405
-@router.get("/healthz")  # for another method says Allow: GET
+
+@router.head("/healthz", include_in_schema=False)  # load balancers probe with HEAD
+@router.get("/healthz")
 async def healthz() -> dict[str, str]:
     """The process is alive (no dependency checked)."""
     return {"status": "ok"}
 
 
 @router.head("/readyz", include_in_schema=False)
-@router.get("/readyz", responses={503: {"description": "The store is unreachable or no model is loaded"}})
+@router.get(
+    "/readyz", responses={503: {"description": READYZ_503, "content": {"application/json": {"schema": ERROR_BODY}}}}
+)
 async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metrics: MetricsDep) -> dict[str, object]:
     """Ready to take traffic: the store answers a ping and a model is loaded (not the fallback)."""
     store_up = await store.ping()

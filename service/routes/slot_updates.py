@@ -8,19 +8,34 @@ from fastapi import APIRouter
 from pydantic import ValidationError
 
 from service.deps import Authorized, EpisodesDep, JsonBody, SettingsDep
-from service.errors import ERROR_RESPONSES, ApiError, validation_problems
+from service.errors import ApiError, error_responses, validation_problems
 from service.schemas import (
     BatchItem,
     SlotAnswer,
     SlotUpdate,
+    SlotUpdateBatch,
     SlotUpdateBatchAnswer,
-    SlotUpdateBatchItems,
 )
 
-router = APIRouter(prefix="/v1", tags=["slot updates"], responses=ERROR_RESPONSES, dependencies=[Authorized, JsonBody])
+router = APIRouter(prefix="/v1", tags=["slot updates"], dependencies=[Authorized, JsonBody])
 
 
-@router.post("/slot-update", response_model=SlotAnswer)
+@router.post(
+    "/slot-update",
+    response_model=SlotAnswer,
+    responses=error_responses(
+        401,
+        404,
+        409,
+        413,
+        415,
+        422,
+        503,
+        s404="`unknown_campaign`: the campaign has no episode (register it with PUT first)",
+        s409="`slot_skipped`, `slot_conflict` or `wrong_episode` (with `detail.expected_slot`), `contended` (the "
+        "state kept changing: resend) or `unreadable_state` (register again)",
+    ),
+)
 async def slot_update(update: SlotUpdate, episodes: EpisodesDep) -> SlotAnswer:
     """Report slot `slot`'s stats; answers the ratio for the next slot.
 
@@ -34,18 +49,24 @@ _VALIDATE_CHUNK = 1024
 """Updates validated between two turns of the bids in flight (a batch of 20,000 validated at once held the loop for
 about 180 ms)."""
 
-# The request body is documented as SlotUpdateBatch and parsed with each update raw (SlotUpdateBatchItems).
-_BATCH_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SlotUpdateBatch"}}},
-    }
-}
 
-
-@router.post("/slot-update/batch", response_model=SlotUpdateBatchAnswer, openapi_extra=_BATCH_BODY)
+@router.post(
+    "/slot-update/batch",
+    response_model=SlotUpdateBatchAnswer,
+    responses=error_responses(
+        401,
+        413,
+        415,
+        422,
+        503,
+        s413="Too large (`too_large`): over `max_batch_updates` updates, or the body over `max_body_bytes`",
+        s422="Invalid request (`invalid_request`): the body is not JSON or not `{updates: [...]}` with at least one "
+        "update (an update that does not validate is a 422 item of a 200 answer)",
+        s503="No read of the batch answered (`store_unavailable`): nothing was written, resend",
+    ),
+)
 async def slot_update_batch(
-    batch: SlotUpdateBatchItems, episodes: EpisodesDep, settings: SettingsDep
+    batch: SlotUpdateBatch, episodes: EpisodesDep, settings: SettingsDep
 ) -> SlotUpdateBatchAnswer:
     """A slot boundary of many campaigns: one model call for all. One result per update, in order, each with its
     own status (200, or the 404/409/422/503 the single form would answer): one bad item fails only itself."""

@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse
 from model.contract import RATIO_MAX, SLOTS_PER_DAY
 from model.state import CampaignState, StateError
 from service.deps import RunnerDep, SettingsDep, StoreDep
+from service.errors import error_responses
 from service.ratio_cache import bid_ratio_of
 
 router = APIRouter(tags=["status page"])
@@ -87,7 +88,7 @@ background: #c0392b; color: white; } .legend span { margin-right: 14px; }
 """
 
 
-@router.get("/ui", response_class=HTMLResponse)
+@router.get("/ui", response_class=HTMLResponse, responses=error_responses(422, 503))
 async def status_page(
     store: StoreDep,
     runner: RunnerDep,

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 
 from model.contract import RATIO_MAX
 from service.metrics import OTHER_CAMPAIGNS, Metrics
-from training.export import record_figures
+from training.export.card import record_figures
 
 from .app_fixtures import metric, register, serving, update
 
@@ -148,6 +148,17 @@ def test_a_card_whose_controller_cannot_run_is_refused_at_start_and_on_reload(mo
         assert c.get("/readyz").json()["model_version"] == before
 
 
+def test_a_reload_from_a_directory_without_a_model_is_not_found(models, tmp_path):
+    """No model card there: 404, as an unknown campaign is; the model in memory keeps serving."""
+    with serving(models.cbrl_model) as c:
+        before = c.get("/readyz").json()["model_version"]
+        for directory in (tmp_path / "missing", tmp_path, "x" * 5000):
+            missing = c.post("/v1/admin/reload-model", json={"model_dir": str(directory)})
+            assert missing.status_code == 404 and missing.json()["error"] == "unknown_model_dir", missing.text
+        assert c.post("/v1/admin/reload-model", json={"model_dir": "a\u0000b"}).status_code == 422
+        assert c.get("/readyz").json()["model_version"] == before
+
+
 def test_openapi_documents_bodies_and_errors(models):
     with serving(models.cbrl_model) as c:
         schema = c.get("/openapi.json").json()
@@ -159,6 +170,27 @@ def test_openapi_documents_bodies_and_errors(models):
     update_responses = schema["paths"]["/v1/slot-update"]["post"]["responses"]
     assert {"200", "409", "422", "503"} <= set(update_responses)
     assert json.dumps(schema)  # serializable
+
+
+def test_openapi_states_the_constraints_the_service_holds(models):
+    """Each route documents the statuses it answers, and each field its constraint in JSON Schema's own words
+    (pydantic leaves constraints after a validator out as unknown "ge"/"le" keys, which no client reads)."""
+    with serving(models.cbrl_model) as c:
+        schema = c.get("/openapi.json").json()
+    components = schema["components"]["schemas"]
+    text = json.dumps(schema)
+    assert not any(f'"{key}":' in text for key in ("ge", "le", "gt", "lt", "min_length", "allow_inf_nan"))
+    for model, field in (("CampaignRegistration", "episode"), ("SlotUpdate", "episode"), ("SlotUpdate", "campaign_id")):
+        assert components[model]["properties"][field]["pattern"] == "^[A-Za-z0-9._:\\-]{1,128}$", (model, field)
+    assert components["SlotUpdate"]["properties"]["delivery"]["minimum"] == 0
+    assert components["CampaignRegistration"]["properties"]["slots"]["const"] == 48
+    for name in ("BidRequest", "ColumnarBidRequest", "SlotUpdate", "SlotUpdateBatch", "CampaignRegistration"):
+        assert components[name]["additionalProperties"] is False, name
+    paths = schema["paths"]
+    assert set(paths["/v1/bid"]["post"]["responses"]) == {"200", "400", "404", "413", "415", "422", "503"}
+    assert "400" not in paths["/v1/slot-update"]["post"]["responses"]
+    assert set(paths["/v1/campaigns/{campaign_id}"]["get"]["responses"]) == {"200", "404", "422", "503"}
+    assert paths["/v1/bid"]["post"]["parameters"][0]["schema"]["pattern"] == "^[A-Za-z0-9._:\\-]{1,128}$"
 
 
 @contextmanager
@@ -179,15 +211,18 @@ def runaway_model(client) -> Iterator[None]:
 
 
 def test_the_card_sets_the_band_the_shield_serves(models, tmp_path):
-    """A card's ``shield`` section (a trust, here) is the band served: /readyz shows it and a runaway model is
-    capped ``exp(trust)`` higher than behind the defaults."""
-    trusted = tmp_path / "trusted"
-    shutil.copytree(models.cbrl_model, trusted)
-    rewrite_card(trusted, lambda card: card.update(shield={"config": {"trust": 0.3}, "chosen_by": "a test"}))
+    """A card's ``shield`` section is the band served: /readyz shows it, and with both upper edges 0.3 higher (the
+    safe edge ``wide`` and the threatened one ``tight_above``) a runaway model is capped ``exp(0.3)`` higher than
+    behind the defaults, whatever the threat."""
+    widened = tmp_path / "widened"
+    shutil.copytree(models.cbrl_model, widened)
+    band = {"wide": 1.0, "tight_above": 0.2}
+    rewrite_card(widened, lambda card: card.update(shield={"config": band, "chosen_by": "a test"}))
     capped = {}
-    for name, directory in (("plain", models.cbrl_model), ("trusted", trusted)):
+    for name, directory in (("plain", models.cbrl_model), ("widened", widened)):
         with serving(directory, shield=True) as c:
-            assert c.get("/readyz").json()["shield_config"]["trust"] == (0.3 if name == "trusted" else 0.0)
+            served = c.get("/readyz").json()["shield_config"]
+            assert (served["wide"], served["tight_above"]) == ((1.0, 0.2) if name == "widened" else (0.7, -0.1))
             register(c)
             with runaway_model(c):
                 answers = [
@@ -195,8 +230,8 @@ def test_the_card_sets_the_band_the_shield_serves(models, tmp_path):
                 ]
             assert all(a["decided_by"] == "shield" for a in answers)
             capped[name] = [a["bid_ratio"] for a in answers]
-    assert capped["trusted"] == pytest.approx([min(RATIO_MAX, r * math.exp(0.3)) for r in capped["plain"]])
-    assert capped["trusted"] != pytest.approx(capped["plain"])
+    assert capped["widened"] == pytest.approx([min(RATIO_MAX, r * math.exp(0.3)) for r in capped["plain"]])
+    assert capped["widened"] != pytest.approx(capped["plain"])
 
 
 def test_the_shield_caps_a_runaway_model_and_counts_it(models):
@@ -295,11 +330,11 @@ def test_figures_recorded_on_a_served_model_keep_its_version_and_the_campaigns_p
         assert reloaded.status_code == 200 and reloaded.json()["model_version"] == version
         pinned = c.put("/v1/campaigns/c1", json={"episode": "e1", "roi_target": 1.0, "model": version})
         assert pinned.status_code == 201
-        rewrite_card(live, lambda raw: raw.__setitem__("shield", {"config": {"trust": 0.1}, "chosen_by": "a person"}))
+        rewrite_card(live, lambda raw: raw.__setitem__("shield", {"config": {"wide": 0.8}, "chosen_by": "a person"}))
         widened = c.post("/v1/admin/reload-model", json={}).json()["model_version"]
         assert widened != version and widened.startswith("cbrl-sc-")
         # The band as it runs, not as it is spelled: the default written out is the default.
-        rewrite_card(live, lambda raw: raw.__setitem__("shield", {"config": {"trust": 0.0}, "chosen_by": "x"}))
+        rewrite_card(live, lambda raw: raw.__setitem__("shield", {"config": {"wide": 0.7}, "chosen_by": "x"}))
         assert c.post("/v1/admin/reload-model", json={}).json()["model_version"] == version
 
 
@@ -343,11 +378,12 @@ def test_reloads_run_one_at_a_time_and_the_metrics_name_the_model_that_serves(mo
 
 
 def test_the_probes_answer_head(client):
-    """A load balancer's HEAD probe got 405; another method still gets 405 naming GET."""
+    """A load balancer's probe with HEAD is answered; another method gets 405 naming both, and OPTIONS too."""
     assert client.head("/healthz").status_code == 200
     assert client.head("/readyz").status_code == 200 and client.head("/readyz").content == b""
     refused = client.post("/healthz")
-    assert refused.status_code == 405 and refused.headers["allow"] == "GET"
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"
+    assert client.options("/readyz").headers["allow"] == "GET, HEAD"
 
 
 def test_reloads_queue_on_the_event_loop_not_in_worker_threads(models, monkeypatch):

@@ -30,7 +30,7 @@ SEED = 4
         ("memory", False, "cbrl"),
         ("memory", True, "cbrl"),
         ("memory", True, "residual"),
-        ("memory", True, "trusted"),
+        ("memory", True, "own-band"),
         ("memory", False, "plan"),
         ("memory", True, "plan"),
         pytest.param("redis", False, "cbrl", marks=pytest.mark.redis),
@@ -43,10 +43,10 @@ def test_replaying_through_the_service_gives_the_offline_episodes(models, store,
     band too: both run the card's)."""
     url = "memory" if store == "memory" else request.getfixturevalue("redis_server").url
     model_dir = {"residual": models.residual_model, "plan": models.plan_model}.get(model, models.cbrl_model)
-    if model == "trusted":
-        model_dir = tmp_path / "trusted"
+    if model == "own-band":
+        model_dir = tmp_path / "own-band"
         shutil.copytree(models.cbrl_model, model_dir)
-        band = {"config": {"trust": 0.15, "tight_above": 0.0}, "chosen_by": "a test"}
+        band = {"config": {"wide": 0.85, "tight_above": 0.05}, "chosen_by": "a test"}
         rewrite_card(model_dir, lambda card: card.update(shield=band))
     days = DaySet.load(Market.open(models.market), "test", SETTING)
     method = f"{'shield:' if shielded else ''}onnx:{model_dir}"
@@ -66,7 +66,7 @@ def test_replaying_through_the_service_gives_the_offline_episodes(models, store,
     np.testing.assert_allclose(episodes["delivery"], offline_rows["delivery"], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(episodes["cost"], offline_rows["cost"], rtol=1e-9, atol=1e-9)
     assert (episodes["fallback_slots"] == 0).all() and (episodes["shield_slots"] > 0).any() == shielded
-    if model == "trusted":  # the card's band, not the defaults': the plain model's shielded days differ
+    if model == "own-band":  # the card's band, not the defaults': the plain model's shielded days differ
         plain = evaluate(
             Market.open(models.market), SETTING, "test", [f"shield:onnx:{models.cbrl_model}"], seeds=SEED + 1
         )

@@ -48,6 +48,28 @@ def test_columnar_multi_campaign(client):
     assert body["bid_ratios"] == [ra, rb, ra] and body["slots"] == [0, 0, 0]
 
 
+def test_a_columnar_bid_without_impressions_answers_the_ratios(client):
+    """Every count 0 and no utilities: the ratios only. A whole float is a count, as everywhere in the API."""
+    ra = register(client, campaign="a").json()["bid_ratio"]
+    r = client.post("/v1/bid", json={"campaign_ids": ["a"], "counts": [0], "utilities": []})
+    assert r.status_code == 200 and r.json()["bids"] == [] and r.json()["bid_ratios"] == [ra], r.text
+    r = client.post("/v1/bid", json={"campaign_ids": ["a", "a"], "counts": [1.0, 0], "utilities": [2.0]})
+    assert r.status_code == 200 and r.json()["bids"] == [2.0 * ra], r.text
+    for counts, utilities in (([1], []), ([1.5], [2.0]), ([True], [2.0])):
+        r = client.post("/v1/bid", json={"campaign_ids": ["a"], "counts": counts, "utilities": utilities})
+        assert r.status_code == 422 and r.json()["error"] == "invalid_request", (counts, r.text)
+
+
+def test_a_campaign_id_in_the_query_of_a_json_bid_must_be_an_id(client):
+    """The JSON forms name their campaigns in the body; a `?campaign_id=` beside it is still held to the pattern."""
+    register(client)
+    body = {"campaign_id": "c1", "utilities": [1.0]}
+    assert client.post("/v1/bid?campaign_id=c2", json=body).status_code == 200
+    for query in ("campaign_id=", "campaign_id=a%7Bb%7D", "campaign_id"):
+        r = client.post(f"/v1/bid?{query}", json=body)
+        assert r.status_code == 422 and r.json()["error"] == "invalid_request", query
+
+
 def test_a_campaign_out_of_budget_bids_zero(client):
     register(client, budget=5.0)
     answered = client.post("/v1/slot-update", json=update(cost=5.0, wins=10)).json()

@@ -63,6 +63,7 @@ def test_read_reports_where_the_campaign_stands(client):
         ({"episode": "e", "roi_target": 1, "budget": "100"}, 422),
         ({"episode": "e", "roi_target": 1, "surprise": True}, 422),
         ({"episode": "e", "roi_target": 1, "model": "other-model"}, 409),
+        ({"episode": "e", "roi_target": 1, "model": ""}, 422),  # no model has an empty version
     ],
 )
 def test_bad_registrations_are_refused_and_store_nothing(client, body, status):
@@ -83,6 +84,18 @@ def test_malformed_json_and_wrong_types_are_4xx(client):
     assert r.status_code == 422 and r.json()["error"] == "invalid_request"
     r = client.put("/v1/campaigns/c1", content=b"", headers={"content-type": "application/json"})
     assert r.status_code == 422
+    # Bytes that are not UTF-8 are a body that is not JSON too, on every route that lets FastAPI parse its body.
+    for method, path in (("PUT", "/v1/campaigns/c1"), ("POST", "/v1/slot-update"), ("POST", "/v1/slot-update/batch")):
+        r = client.request(method, path, content=b"T$B\xff", headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"] == "invalid_request", (path, r.text)
+
+
+def test_a_method_the_path_does_not_take_names_every_method_it_takes(client):
+    for method in ("DELETE", "OPTIONS", "PATCH"):
+        r = client.request(method, "/v1/campaigns/c1")
+        assert r.status_code == 405 and r.headers["allow"] == "GET, PUT", method
+        assert r.json()["error"] == "method_not_allowed"
+    assert client.options("/v1/bid").headers["allow"] == "POST"
 
 
 def test_write_endpoints_need_the_token_when_one_is_set(models):
