@@ -29,7 +29,9 @@ from research.significance import paired_gap
 from training.bidders.base import Bidder, play
 from training.bidders.planner import Planner, train_depth
 from training.bidders.shielded import ShieldedBidder
-from training.evaluation.evaluate import episode_rows, shield_gains, split_days, summarize, tuned_baseline
+from training.bidders.tuned import tuned_baseline
+from training.evaluation.evaluate import episode_rows, split_days, summarize
+from training.evaluation.shielding import shield_gains
 from training.market.dataset import Market
 
 

@@ -56,7 +56,8 @@ from research.conversion_bayes import BayesConversion, _day_twins, bayes_prior
 from training.bidders.base import Bidder, play
 from training.bidders.pid import PID
 from training.bidders.rm import ConstantRatio
-from training.evaluation.evaluate import EvaluationError, episode_rows, split_days, summarize, tuned_baseline
+from training.bidders.tuned import tuned_baseline
+from training.evaluation.evaluate import EvaluationError, episode_rows, split_days, summarize
 from training.market.dataset import Market, MarketError
 from training.market.generator import REGIME_PARTS, MarketConfig, generate_day, generate_twin
 from training.replay.dayset import DaySet

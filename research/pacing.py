@@ -28,16 +28,10 @@ from model.contract import Setting
 from model.roi import is_feasible, roi
 from training.bidders.base import Bidder, Outcome
 from training.bidders.shielded import ShieldedBidder
-from training.evaluation.evaluate import (
-    EvaluationError,
-    check_split,
-    method_bidder,
-    own_days_left_out,
-    shield_config,
-    shield_gains,
-    split_days,
-    unshielded,
-)
+from training.evaluation.evaluate import EvaluationError, split_days
+from training.evaluation.leakage import check_split, own_days_left_out
+from training.evaluation.methods import method_bidder, unshielded
+from training.evaluation.shielding import shield_config, shield_gains
 from training.market.dataset import Market, MarketError
 from training.replay.dayset import DaySet
 

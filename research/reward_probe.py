@@ -30,13 +30,14 @@ from model.contract import RATIO_MAX, Setting
 from model.controller import RATIO_FLOOR
 from model.history import History, Registration
 from training.bidders.base import Bidder, SlotResult
+from training.bidders.tuned import tuned_baseline
 from training.bidders.tuning import episode_scores
-from training.evaluation.evaluate import EvaluationError, tuned_baseline
+from training.evaluation.evaluate import EvaluationError
 from training.market.dataset import Market, MarketError
 from training.replay.dayset import DaySet, split_validation, validation_folds
 from training.replay.metrics import is_feasible
+from training.rl.loop import play_days
 from training.rl.rewards import indicator_reward
-from training.rl.sac import play_days
 
 MULTIPLIERS = (0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15)
 """Default corrections ``m`` (1: the PID itself)."""

@@ -32,20 +32,11 @@ from model.controller import ControllerGains
 from model.shield import ShieldConfig
 from training.bidders.base import Bidder
 from training.bidders.shielded import ShieldedBidder
-from training.evaluation.evaluate import (
-    BASELINES,
-    ENSEMBLE_PREFIX,
-    ONNX_PREFIX,
-    EvaluationError,
-    check_split,
-    episode_rows,
-    method_bidder,
-    own_days_left_out,
-    shield_gains,
-    split_days,
-    summarize,
-    tuned_baseline,
-)
+from training.bidders.tuned import BASELINES, tuned_baseline
+from training.evaluation.evaluate import EvaluationError, episode_rows, split_days, summarize
+from training.evaluation.leakage import check_split, own_days_left_out
+from training.evaluation.methods import ENSEMBLE_PREFIX, ONNX_PREFIX, method_bidder
+from training.evaluation.shielding import shield_gains
 from training.market.dataset import Market, MarketError
 from training.replay.dayset import DaySet
 

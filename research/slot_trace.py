@@ -34,7 +34,10 @@ from model.history import History
 from research.shield_sweep import REFERENCE, inner_bidder
 from training.bidders.base import Bidder
 from training.bidders.shielded import ShieldedBidder
-from training.evaluation.evaluate import EvaluationError, check_split, shield_config, split_days, tuned_baseline
+from training.bidders.tuned import tuned_baseline
+from training.evaluation.evaluate import EvaluationError, split_days
+from training.evaluation.leakage import check_split
+from training.evaluation.shielding import shield_config
 from training.market.dataset import Market, MarketError
 from training.replay.dayset import DaySet
 

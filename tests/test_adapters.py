@@ -45,7 +45,7 @@ AUCTIONNET_INVALID = {  # all on advertiser 12
 
 
 def cbrl_expected(path: Path) -> pd.DataFrame:
-    """The SPEC 3 rows a reference day file should give, computed independently of the adapter."""
+    """The schema's rows a reference day file should give, computed independently of the adapter."""
     raw = pd.read_csv(path)
     ok = raw["hr"].between(0, 23) & raw["min"].between(0, 59) & (raw["pctr"] > 0) & (raw["costprice"] >= 0)
     raw = raw[ok]

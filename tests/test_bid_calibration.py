@@ -22,7 +22,9 @@ from model.policy import decision_inputs, offline_keys
 from model.sampling import sample_posterior
 from rcb.cli import app
 from training.bidders.onnx import OnnxBidder
-from training.evaluation.evaluate import calibration_warnings, evaluate, parse_methods
+from training.evaluation.evaluate import evaluate
+from training.evaluation.leakage import calibration_warnings
+from training.evaluation.methods import parse_methods
 from training.export import calibrate as bid_calibration
 from training.export.calibrate import (
     LADDER,

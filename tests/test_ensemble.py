@@ -14,7 +14,8 @@ from model.artifact import load_artifact
 from model.features import N_FEATURES
 from rcb.cli import app
 from training.bidders.base import play
-from training.evaluation.evaluate import EvaluationError, evaluate, method_warnings, parse_methods
+from training.evaluation.evaluate import EvaluationError, evaluate
+from training.evaluation.methods import method_warnings, parse_methods
 from training.market.dataset import Market
 from training.replay.dayset import DaySet, split_validation
 from training.rl.encoder import PosteriorEncoder

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from rcb.cli import app
 from training.bidders import cem, pid, rm
-from training.evaluation import evaluate as harness
-from training.evaluation.evaluate import EvaluationError, evaluate, parse_methods
+from training.evaluation.evaluate import EvaluationError, evaluate
+from training.evaluation.methods import known_methods, parse_methods
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 from training.replay import metrics
@@ -30,7 +30,7 @@ from training.replay.oracle import market_oracle, setting_constraints
 runner = CliRunner()
 
 ALL_METHODS = ["rm", "pid", "cem", "plan", "oracle-day", "oracle-slot"]
-SPEC_COLUMNS = ["method", "seed", "day", "delivery", "cost", "roi", "feasible", "oracle_delivery"]
+EPISODE_COLUMNS = ["method", "seed", "day", "delivery", "cost", "roi", "feasible", "oracle_delivery"]
 SC_SEEDS = 3
 """Three seeds, so a median over seeds differs from a mean where CEM's seeds differ."""
 SUMMARY_KEYS = {"ans_median", "ans_mean", "csr", "andr", "gmetric", "n_episodes", "n_seeds"}
@@ -56,7 +56,8 @@ def read_episodes(out: Path) -> pd.DataFrame:
 
 
 def expected_summary(episodes: pd.DataFrame, market: Market, setting: str) -> dict[str, dict[str, Any]]:
-    """SPEC 6's summary recomputed from the episodes: per seed with training.replay.metrics, then over seeds.
+    """The summary (docs/metrics.md) recomputed from the episodes: per seed with training.replay.metrics, then over
+    seeds.
 
     L and B come from the manifest (SC: 1 and no budget), D* from the slot-wise oracle; only the method, seed,
     day, delivery and cost columns of the episodes are used.
@@ -140,7 +141,7 @@ def sc_run(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
 
 
 def test_summary_follows_from_the_episodes(sc_run: dict[str, Any]):
-    """summary.json (and the --json output) is SPEC 6's per-method summary of episodes.csv, recomputed here
+    """summary.json (and the --json output) is the per-method summary of episodes.csv (docs/metrics.md), recomputed here
     seed by seed with training.replay.metrics and then taken as median / mean over seeds."""
     out, market = sc_run["out"], sc_run["market"]
     written = json.loads((out / "summary.json").read_text())
@@ -150,12 +151,12 @@ def test_summary_follows_from_the_episodes(sc_run: dict[str, Any]):
     assert sc_run["stdout"] == written
 
 
-def test_episodes_csv_has_the_spec_columns_and_consistent_rows(sc_run: dict[str, Any]):
-    """One row per (method, seed, test day) with SPEC's columns; roi and feasible agree with delivery and cost,
-    and oracle_delivery is the slot-wise oracle's delivery of the day."""
+def test_episodes_csv_has_the_documented_columns_and_consistent_rows(sc_run: dict[str, Any]):
+    """One row per (method, seed, test day) with the documented columns (docs/cli.md); roi and feasible agree with
+    delivery and cost, and oracle_delivery is the slot-wise oracle's delivery of the day."""
     out, market = sc_run["out"], sc_run["market"]
     episodes = read_episodes(out)
-    assert set(SPEC_COLUMNS) <= set(episodes.columns)
+    assert set(EPISODE_COLUMNS) <= set(episodes.columns)
     test_days = sorted(e.day for e in market.split("test"))
     # CEM explores with its seed; RM, PID and the hindsight references are deterministic and play once.
     assert len(episodes) == (SC_SEEDS + len(ALL_METHODS) - 1) * len(test_days)
@@ -342,12 +343,12 @@ def test_changed_train_data_invalidates_the_tuning_cache(source: Path, tmp_path:
 def test_a_changed_oracle_invalidates_the_tuning_cache(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A tuning's score is D / D* on the train days: new oracle semantics (D* recomputed) make every baseline
     re-tune, as new train days do."""
-    import training.evaluation.evaluate
+    import training.bidders.tuned
 
     market = copy_market(source, tmp_path / "market", keep_cache=False)
     evaluate(market, "sc", "test", ["rm", "pid"], seeds=1)
     monkeypatch.setattr(
-        training.evaluation.evaluate, "ORACLE_SEMANTICS", training.evaluation.evaluate.ORACLE_SEMANTICS + " (changed)"
+        training.bidders.tuned, "ORACLE_SEMANTICS", training.bidders.tuned.ORACLE_SEMANTICS + " (changed)"
     )
     calls = count_tunes(monkeypatch)
     evaluate(Market.open(market.root), "sc", "test", ["rm", "pid"], seeds=1)
@@ -432,7 +433,7 @@ def test_unknown_split_is_a_clear_error(source: Path, tmp_path: Path):
 def test_parse_methods():
     """Methods are a comma list of known names, trimmed, each at most once."""
     assert parse_methods(" rm, pid ,oracle-slot") == ["rm", "pid", "oracle-slot"]
-    assert harness.known_methods() == ALL_METHODS
+    assert known_methods() == ALL_METHODS
     with pytest.raises(EvaluationError, match="unknown method"):
         parse_methods("rm,zzz")
     with pytest.raises(EvaluationError, match="twice"):

@@ -164,7 +164,7 @@ def test_markdown_table(per_seed: pd.DataFrame) -> None:
     assert rows["steady"][:6] == ["1.000", "1.000", "1.000", "1.000", "0.0", "1.000"]
     assert rows["greedy"][:6] == ["0.000", "0.000", "0.000", "0.000", "—", "-1.000"]
 
-    # The context SPEC 4 asks for, above the table.
+    # The context every table states (docs/metrics.md), above the table.
     header = table.splitlines()[0]
     for text in ("`test`", "SC", "**seeds** 3", "over seeds", "/data/markets/syn-small"):
         assert text in header

@@ -20,9 +20,12 @@ from model.artifact import ENCODER_FILE, load_artifact
 from model.features import FEATURES, N_FEATURES
 from model.trajectory import prefix_mask, transitions
 from rcb.cli import app
-from training.evaluation.evaluate import EvaluationError, evaluate, parse_methods
+from training.evaluation.evaluate import EvaluationError, evaluate
+from training.evaluation.methods import parse_methods
 from training.export import onnx as exporter
-from training.export.onnx import ENCODER_ATOL, OPSET, POLICY_ATOL, ExportError, check_parity, export_run
+from training.export.destination import ExportError
+from training.export.encoder_graph import OPSET
+from training.export.onnx import ENCODER_ATOL, POLICY_ATOL, check_parity, export_run
 from training.market.dataset import Market
 from training.rl.runs import load_run_bidder
 
@@ -95,7 +98,7 @@ def test_the_card_carries_the_pid_tuned_on_the_train_days(exported: Exported):
     baseline tuned on the run's train days (rcb evaluate's tuning, shared through its cache)."""
     from model.controller import GAIN_FIELDS
     from service.runner import ModelRunner
-    from training.evaluation.evaluate import tuned_baseline
+    from training.bidders.tuned import tuned_baseline
     from training.market.dataset import Market
     from training.replay.dayset import DaySet
 
@@ -144,7 +147,7 @@ def test_a_residual_model_carries_the_controller_it_was_trained_around(exported:
     reference, fallback and the policy's base) runs that controller."""
     from model.controller import GAIN_FIELDS
     from service.runner import ModelRunner
-    from training.evaluation.evaluate import tuned_baseline
+    from training.bidders.tuned import tuned_baseline
     from training.replay.dayset import DaySet
 
     config = json.loads((exported.residual_run / "run.json").read_text())["config"]
@@ -298,7 +301,7 @@ def test_cli_errors_cleanly_on_an_unreadable_checkpoint(exported: Exported, tmp_
 
 
 def test_measured_figures_go_on_the_card_and_leave_the_graphs_alone(exported: Exported, tmp_path: Path):
-    from training.export.onnx import record_figures
+    from training.export.card import record_figures
 
     model = tmp_path / "model"
     shutil.copytree(exported.cbrl_model, model)
@@ -320,7 +323,7 @@ def test_the_service_warns_when_the_card_was_measured_behind_another_shield(
 
     from model.shield import ShieldConfig
     from service.runner import ModelRunner
-    from training.export.onnx import record_figures
+    from training.export.card import record_figures
 
     model = tmp_path / "model"
     shutil.copytree(exported.cbrl_model, model)
@@ -339,15 +342,15 @@ def test_the_service_warns_when_the_card_was_measured_behind_another_shield(
 def test_a_run_whose_market_is_not_here_exports_without_a_reference(exported: Exported, tmp_path: Path):
     """A non-residual run's card takes its controller from the run's market; elsewhere it gets neither half."""
     from model.controller import GAIN_FIELDS
-    from training.export.onnx import _train_days_reference
+    from training.export.card import train_days_reference
     from training.market.dataset import Market
 
     trained_on = Market.open(exported.market).split_fingerprint("train")
     body = {"market": str(exported.market), "setting": "sc", "data_fingerprint": trained_on}
-    assert _train_days_reference({**body, "market": str(tmp_path / "gone")}) == (None, None)
+    assert train_days_reference({**body, "market": str(tmp_path / "gone")}) == (None, None)
     # a market regenerated at the run's path: its PID is another market's, so none rather than a wrong one
-    assert _train_days_reference({**body, "data_fingerprint": "0" * 64}) == (None, None)
-    profile, controller = _train_days_reference(body)
+    assert train_days_reference({**body, "data_fingerprint": "0" * 64}) == (None, None)
+    profile, controller = train_days_reference(body)
     assert profile is not None and len(profile) == 48 and abs(sum(profile) - 1) < 1e-6
     assert controller is not None and set(controller) == set(GAIN_FIELDS)
 
@@ -393,7 +396,7 @@ def test_exporting_over_a_symlink_replaces_its_target_and_keeps_the_link(exporte
 
 def test_swaps_into_one_directory_run_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Two exports swapping into one --out at once: one could move the other's new artifact aside between its two
-    renames and fail on a non-empty directory. The swap now holds a lock on --out's parent directory."""
+    renames and fail on a non-empty directory. The swap holds a lock on --out's parent directory."""
     import threading
     import time
 

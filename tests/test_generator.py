@@ -203,7 +203,7 @@ def test_prior_mc_constraints_never_read_the_day_itself(calibration_days):
 
 
 def test_prior_mc_constraints_draw_the_papers_numbers_without_its_hindsight(calibration_days):
-    """Same L and f as the paper recipe wherever the paper did not lower L; B no longer tracks the day's D*."""
+    """Same L and f as the paper recipe wherever the paper did not lower L; B does not track the day's D*."""
     curves = {day: curve_of(index) for day, _, index, _ in calibration_days}
     splits = _calibration_splits(calibration_days)
     prior = draw_market_constraints(curves, splits, CALIBRATION.seed)

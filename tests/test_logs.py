@@ -1,4 +1,5 @@
-"""The SPEC 3 loader: validation by reason, strict vs drop, CSV/Parquet, slot derivation and order, IO, manifests."""
+"""The impression-log loader (docs/data-schema.md): validation by reason, strict vs drop, CSV/Parquet, slot
+derivation and order, IO, manifests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""model/planner.py and training/bidders/planner.py: the scenario model's price shift, its posterior, its choice."""
+"""model/planner.py, training/bidders/planner.py and research/planner_evidence.py: the scenario model's price shift,
+its posterior, its choice."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ import pytest
 from model import planner as law
 from model.contract import SLOTS_PER_DAY, Setting
 from model.history import History, Registration
+from research import planner_evidence
 from training.bidders import planner
 from training.bidders.base import Bidder, play
 from training.evaluation.evaluate import evaluate, split_days
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 from training.replay.dayset import DaySet, split_validation
-from training.replay.simulator import BatchedReplay, DayIndex
+from training.replay.simulator import DayIndex
 
 SMALL = config_with(days_id=8, days_ood=2, impressions_per_day=20_000, seed=3)
 
@@ -297,7 +299,7 @@ def test_the_probe_command_refuses_the_train_days_it_plans_on(market: Market):
     from typer.testing import CliRunner
 
     app = typer.Typer(add_completion=False)
-    app.command()(planner.main)
+    app.command()(planner_evidence.main)
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, [str(market.root), "--split", "validation"])
     assert result.exit_code != 0 and "scenarios are the train days" in result.output
 
@@ -397,38 +399,6 @@ def test_at_slot_0_a_batch_plans_each_row_as_it_would_alone(scenarios: law.Scena
         )
         assert ratio[i] == alone[0] and depth.edge[i] == alone_depth.edge[0]
     assert len(set(ratio.tolist())) > 1  # the registrations do change the plan
-
-
-def test_the_plan_reference_is_the_plan_of_every_prefix_made_once_a_slot(
-    train: DaySet, scenarios: law.Scenarios, monkeypatch: pytest.MonkeyPatch
-):
-    """``--reference plan``: a residual policy reads the plan before every past slot. Played slot by slot it costs
-    one plan a slot (kept per history), and each column is :func:`plan` on that prefix, leave-one-out with
-    ``excluding``; after the last slot the last plan stands; another history gets its own."""
-    rows = np.array([0, 1, 2])
-    reference = law.PlanReference(scenarios, 0.05, 0.3).excluding(rows)
-    history = History(train.registration().take(rows))
-    calls = []
-    made = law.plan
-    monkeypatch.setattr(law, "plan", lambda *a, **k: calls.append(1) or made(*a, **k))
-    env = BatchedReplay(train.indexes(), rows, history.registration.budget)
-    rng = np.random.default_rng(0)
-    for t in range(SLOTS_PER_DAY):
-        sequence = reference.sequence(history)
-        assert sequence.shape == (3, t + 1) and len(calls) == t + 1
-        expected = made(scenarios, history, 0.05, 0.3, rows)
-        assert np.array_equal(sequence[:, -1], expected)
-        ratios = expected * rng.uniform(0.7, 1.3, 3)  # the policy's correction: the history is not the plan's own
-        result = env.step(ratios)
-        history.record(ratios, result.delivery, result.cost, result.wins, result.auctions)
-    final = reference.sequence(history)
-    assert final.shape == (3, SLOTS_PER_DAY + 1) and len(calls) == SLOTS_PER_DAY
-    assert np.array_equal(final[:, -1], final[:, -2])
-    # a fresh reference (no plans kept) on a copy of the finished history makes every column again, to the bit
-    fresh = law.PlanReference(scenarios, 0.05, 0.3).excluding(rows).sequence(history.until(SLOTS_PER_DAY))
-    assert np.array_equal(fresh, final)
-    # in-sample: without the exclusion the plans differ (each day is found among the scenarios)
-    assert not np.array_equal(law.PlanReference(scenarios, 0.05, 0.3).sequence(history), final)
 
 
 def test_the_depth_gated_shield_is_the_planner_until_its_flag_and_the_shielded_planner_after(

@@ -30,7 +30,8 @@ from model.policy import Policy
 from model.state import CampaignState
 from rcb.cli import app
 from training.bidders import planner as planner_bidder
-from training.evaluation.evaluate import EvaluationError, evaluate, split_days, tuned_baseline
+from training.bidders.tuned import tuned_baseline
+from training.evaluation.evaluate import EvaluationError, evaluate, split_days
 from training.market.dataset import Market
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import uuid
@@ -70,8 +71,6 @@ def swap_lock(out: Path) -> Iterator[None]:
     """An exclusive lock on the directory holding ``out`` (flock on its descriptor: no lock file left beside the
     model, released if the process dies). Swaps into one parent directory run one at a time; each takes
     milliseconds."""
-    import fcntl
-
     descriptor = os.open(out.parent, os.O_RDONLY)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)

@@ -10,6 +10,9 @@ from rich.markup import escape
 
 from rcb.commands.common import check_output_dir, console, fail, print_json, progress, stdout_console, user_errors
 
+# training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
+# of it (rcb/cli.py).
+
 
 def calibrate_command(
     model: Annotated[Path, typer.Argument(help="An exported model directory (rcb export), e.g. models/default.")],

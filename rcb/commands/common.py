@@ -20,6 +20,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+# training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
+# of it (rcb/cli.py).
+
 console = Console(stderr=True, soft_wrap=True)
 """Human-facing messages (progress, notes, warnings, errors) go to stderr."""
 

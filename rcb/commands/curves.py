@@ -10,6 +10,9 @@ import typer
 
 from rcb.commands.common import check_output_file, console, fail, print_json, user_errors
 
+# training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
+# of it (rcb/cli.py).
+
 
 def curves_command(
     groups: Annotated[

@@ -20,6 +20,9 @@ from rich.markup import escape
 from model.contract import Setting
 from rcb.commands.common import check_output_dir, console, fail, print_json, progress, user_errors
 
+# training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
+# of it (rcb/cli.py).
+
 RUN_FILE = "run.json"
 
 
@@ -48,7 +51,7 @@ def check_methods(methods: list[str], setting: Setting) -> dict[str, int]:
     naming the first method that cannot be played.
     """
     from model.artifact import ArtifactError, read_card
-    from training.evaluation.evaluate import ENSEMBLE_PREFIX, ONNX_PREFIX, is_run_dir, run_group, unshielded
+    from training.evaluation.methods import ENSEMBLE_PREFIX, ONNX_PREFIX, is_run_dir, run_group, unshielded
 
     plays: dict[str, int] = {}
     for listed in methods:
@@ -110,15 +113,10 @@ def evaluate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json on stdout.")] = False,
 ) -> None:
     """Evaluate methods (baselines tuned on train days only) with the paper's metrics (docs/metrics.md)."""
-    from training.evaluation.evaluate import (
-        BASELINES,
-        EvaluationError,
-        calibration_warnings,
-        evaluate,
-        method_warnings,
-        parse_methods,
-        write_outputs,
-    )
+    from training.bidders.tuned import BASELINES
+    from training.evaluation.evaluate import EvaluationError, evaluate, write_outputs
+    from training.evaluation.leakage import calibration_warnings
+    from training.evaluation.methods import method_warnings, parse_methods
     from training.evaluation.report import markdown_table
     from training.market.dataset import Market
 

@@ -1,4 +1,4 @@
-"""`rcb export --run RUN --out MODEL_DIR`: a training run's best policy as ONNX + model card (SPEC 5).
+"""`rcb export --run RUN --out MODEL_DIR`: a training run's best policy as ONNX + model card (docs/model-artifact.md).
 
 `rcb export --plan MARKET --setting mc --out MODEL_DIR`: the planner (model/planner.py) on the market's train days,
 its parameters tuned there, as a model the service and `rcb evaluate onnx:MODEL_DIR` run like any other."""
@@ -13,6 +13,9 @@ import typer
 
 from model.contract import Setting
 from rcb.commands.common import check_output_dir, fail, print_json, progress, user_errors
+
+# training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
+# of it (rcb/cli.py).
 
 
 def _steps(run: Path) -> int:
@@ -29,7 +32,7 @@ def expand_runs(runs: list[Path]) -> list[Path]:
     ``DIR/cbrl-s*/epoch-*``), the sorted run directories it matches, as ``ensemble:LABEL=GLOB`` reads them in
     ``rcb evaluate`` (:func:`training.evaluation.evaluate.runs_matching`, shared); a glob that matches none is a
     clear error."""
-    from training.evaluation.evaluate import runs_matching
+    from training.evaluation.methods import runs_matching
 
     expanded: list[Path] = []
     for run in runs:
@@ -71,7 +74,8 @@ def export_command(
 ) -> None:
     """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch; or, with --plan,
     the planner on a market's train days."""
-    from training.export.onnx import ExportError, check_destination, export_ensemble, export_run
+    from training.export.destination import ExportError, check_destination
+    from training.export.onnx import export_ensemble, export_run
     from training.files import built_in
     from training.rl.runs import RunError, run_body
 
@@ -142,7 +146,8 @@ def export_command(
 
 
 def _export_plan(market: Path, setting: Setting, out: Path, force: bool, as_json: bool) -> None:
-    from training.export.onnx import ExportError, check_planner_export, export_planner
+    from training.export.destination import ExportError
+    from training.export.planner import check_planner_export, export_planner
     from training.files import built_in
     from training.market.dataset import MarketError
 

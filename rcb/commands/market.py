@@ -27,6 +27,9 @@ from rcb.commands.common import (
     user_errors,
 )
 
+# training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
+# of it (rcb/cli.py).
+
 
 class MarketPreset(StrEnum):
     """The keys of ``training.market.suite.PRESETS`` (spelled here so ``rcb --help`` need not import the generator;
@@ -74,7 +77,7 @@ def generate_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing market in OUT.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest summary as JSON.")] = False,
 ) -> None:
-    """Generate a synthetic non-stationary market (SPEC 3 schema, paper-style ID/OOD split; docs/data-schema.md)."""
+    """Generate a synthetic non-stationary market (paper-style ID/OOD split; schema: docs/data-schema.md)."""
     from training.market.dataset import MANIFEST
     from training.market.generator import check_config, generate_market, min_days_id
     from training.market.suite import PRESETS

@@ -20,6 +20,9 @@ from rcb.commands.common import (
     user_errors,
 )
 
+# training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
+# of it (rcb/cli.py).
+
 
 class LogFormat(StrEnum):
     """The public log formats `rcb market import` reads (see training/market/adapters.py)."""
@@ -98,7 +101,8 @@ def import_command(
     force: Annotated[bool, typer.Option("--force", help="Replace a market already in OUT.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Import public logs into the SPEC 3 schema; invalid rows are left out and reported by reason."""
+    """Import public logs into the impression-log schema (docs/data-schema.md); invalid rows are left out and
+    reported by reason."""
     from training.market.adapters import import_market
 
     with user_errors():

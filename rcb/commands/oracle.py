@@ -1,4 +1,4 @@
-"""`rcb oracle DIR --setting sc|mc [--kind slot|day] [--split S] [--json]`: hindsight oracles per day (SPEC 6).
+"""`rcb oracle DIR --setting sc|mc [--kind slot|day] [--split S] [--json]`: hindsight oracles per day (docs/cli.md).
 
 With ``--json``, one object per line on stdout: ``{day, split, setting, roi_target, budget, delivery, cost,
 ratios: [48 floats]}``; without it, a table on stdout. Progress and messages go to stderr. Answers are cached in
@@ -17,6 +17,9 @@ from rich.markup import escape
 from model.contract import Setting
 from rcb.commands.common import console, fail, print_json, progress, stdout_console, user_errors
 from training.replay.oracle import OracleKind
+
+# Past OracleKind (for the option's choices), training/ is imported inside the functions, and the solver only when an
+# oracle is solved, so `rcb --help` stays light (rcb/cli.py).
 
 
 class SplitChoice(StrEnum):

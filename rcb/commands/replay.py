@@ -13,6 +13,9 @@ import typer
 from model.contract import Setting
 from rcb.commands.common import check_output_dir, console, fail, print_json, progress, stdout_console, user_errors
 
+# training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
+# of it (rcb/cli.py).
+
 
 class ReplaySplit(StrEnum):
     """``--split``: the held-out days (a service is never replayed on the days its model trained on)."""

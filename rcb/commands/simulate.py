@@ -1,4 +1,4 @@
-"""`rcb simulate`: replay one logged day under 48 given bid ratios (SPEC 6).
+"""`rcb simulate`: replay one logged day under 48 given bid ratios (docs/cli.md).
 
 SC replays without a budget against ROI target L = 1; MC uses the day's manifest constraints, and the
 budget ends the campaign's bidding at the first win that would overspend it (early termination, as in
@@ -17,6 +17,9 @@ import typer
 
 from model.contract import Setting
 from rcb.commands.common import print_json, stdout_console, user_errors
+
+# training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
+# of it (rcb/cli.py).
 
 
 def parse_ratios(text: str, slots: int) -> list[float]:
@@ -47,7 +50,7 @@ def parse_ratios(text: str, slots: int) -> list[float]:
 
 
 def simulate_day(data_dir: Path, day: int, setting: Setting, ratios: list[float]) -> dict[str, Any]:
-    """Replay ``day`` of the market at ``data_dir`` with per-slot ``ratios``; the SPEC 6 result as a dict."""
+    """Replay ``day`` of the market at ``data_dir`` with per-slot ``ratios``; what ``--json`` prints, as a dict."""
     import numpy as np
 
     from training.market.dataset import Market

@@ -53,7 +53,8 @@ def test_the_planner_paces_its_own_train_days_leaving_each_out_as_rcb_evaluate_p
     """``plan`` holds the train days as scenarios: on ``--split train`` (pacing's default) it plays each day without
     its own, as ``rcb evaluate`` does, not in sample."""
     from training.bidders.base import play
-    from training.evaluation.evaluate import split_days, tuned_baseline
+    from training.bidders.tuned import tuned_baseline
+    from training.evaluation.evaluate import split_days
 
     (_, end) = pace(exported.market, SETTING, "train", ["plan"])["plan"]
     market = Market.open(exported.market)

@@ -11,10 +11,10 @@ from artifact_fixtures import SETTING, exported_runs
 from typer.testing import CliRunner
 
 from research.reward_probe import ScaledBidder, main, probe
-from training.evaluation.evaluate import tuned_baseline
+from training.bidders.tuned import tuned_baseline
 from training.market.dataset import Market
 from training.replay.dayset import DaySet, split_validation
-from training.rl.sac import play_days, score
+from training.rl.loop import play_days, score
 
 
 @pytest.fixture(scope="module")

@@ -37,9 +37,9 @@ RESCORED = 8
 RESCORE_SEEDS = 4
 """Fresh noise draws per rescored candidate: a candidate's search score is one draw of CEM's exploration noise per
 day, and the best of 48 such scores is the luckiest as much as the best (its replays on other noise scored 0.02-0.12
-below it on the suite's train days, BENCHMARKS.md/RESULTS.md session 34); the winner is chosen on the mean of five."""
+below it on the suite's train days, BENCHMARKS.md); the winner is chosen on the mean of five."""
 TUNER_VERSION = "2"
-"""Part of the tuning-cache key (:func:`training.evaluation.evaluate.tuned_baseline`): 2 picks on five noise draws."""
+"""Part of the tuning-cache key (:func:`training.bidders.tuned.tuning_key`): 2 picks on five noise draws."""
 PARAMS = ("initial_ratio", "initial_sigma", "explore", "elites", "smoothing", "min_sigma")
 
 

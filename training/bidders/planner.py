@@ -1,28 +1,22 @@
-"""PLAN (issue 12): the train days as scenarios of the day, Bayes' rule each slot, the rest of the day planned.
+"""PLAN: the train days as scenarios of the day, Bayes' rule each slot, the rest of the day planned.
 
 The law is :func:`model.planner.plan` (numpy, stateless: what the service could run); this module builds its
 scenarios from the train days (:func:`scenarios_of`), tunes its ``margin`` and ``cost_sd`` on those days, each
-played without its own scenario (:func:`tune`), and plays it offline (:class:`Planner`). Beside the PID::
+played without its own scenario (:func:`tune`), and plays it offline (:class:`Planner`). ``rcb evaluate`` plays it
+as ``plan``; ``python -m research.planner_evidence`` plays it beside the PID with its margin frontier.
 
-    python -m training.bidders.planner data/suite/sparse --split test --out out/plan/sparse-test
-
-It came from :mod:`research.conversion_bayes`: on the ``sparse`` market a bidder told the day's market and reading
-its conversion scale from its own deliveries, re-planning every slot, gained far more over the PID than any
+It comes from :mod:`research.conversion_bayes`: on the ``sparse`` market a bidder told the day's market and reading
+its conversion scale from its own deliveries, re-planning every slot, gains far more over the PID than any
 open-loop use of the whole regime; this is the same plan with the train days in place of the told market.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
-import pandas as pd
-import typer
 
-from model.contract import Setting
 from model.history import History
 from model.planner import GRID, Depth, Scenarios, plan_and_depth
 from training.bidders.base import Bidder, play
@@ -121,11 +115,6 @@ def train_depth(planner: Planner, train: DaySet) -> tuple[np.ndarray, np.ndarray
     return np.array(recorder.edge), np.array(recorder.misfit)
 
 
-HOLDS_TRAIN_DAYS = "its scenarios are the train days"
-"""Why this module's command does not play train days; ``rcb evaluate`` plays them leave-one-out
-(:func:`without_own_days`)."""
-
-
 def without_own_days(bidder: Planner, train_rows: np.ndarray) -> Planner:
     """``bidder`` to play train days, episode ``k`` being train day ``train_rows[k]``: each without its own scenario
     (leave-one-out, as in tuning), so a train or validation score is not in-sample. Its margin and cost sd were still
@@ -134,7 +123,8 @@ def without_own_days(bidder: Planner, train_rows: np.ndarray) -> Planner:
 
 
 TUNER_VERSION = "2"
-"""Part of ``rcb evaluate``'s tuning-cache key: 2 since the delivery fit became the compound-Poisson one."""
+"""Part of the tuning-cache key (:func:`training.bidders.tuned.tuning_key`), bumped when the planner's likelihood
+changes: 2 is the compound-Poisson delivery fit."""
 MARGINS = (0.0, 0.05, 0.1, 0.2)
 COST_SDS = (0.15, 0.3, 0.6)
 
@@ -178,64 +168,3 @@ def from_params(params: dict[str, Any], train: Callable[[], DaySet] | None = Non
         raise ValueError("the planner's scenarios are the train days: from_params needs them")
     noise_aware = bool(params.get("noise_aware", False))
     return Planner(scenarios_of(train()), float(params["margin"]), float(params["cost_sd"]), noise_aware=noise_aware)
-
-
-def main(
-    data: Annotated[Path, typer.Argument(help="A market directory.")],
-    split: Annotated[
-        str, typer.Option(help="test or ood: the days to play (not train days: they are its scenarios).")
-    ] = "test",
-    setting: Annotated[Setting, typer.Option(help="sc or mc.")] = Setting.SC,
-    out: Annotated[Path | None, typer.Option(help="Folder for plan.json and episodes.csv.")] = None,
-    noise_aware: Annotated[
-        bool, typer.Option(help="Tune the noise-aware count too (on or off, by the train score).")
-    ] = False,
-) -> None:
-    from training.evaluation.evaluate import episode_rows, split_days, summarize, tuned_baseline
-    from training.market.dataset import Market
-
-    if split not in ("test", "ood"):
-        raise typer.BadParameter(f"--split {split}: {HOLDS_TRAIN_DAYS}; play test or ood days")
-    market = Market.open(data)
-    days, train = split_days(market, split, setting)
-    train_days = train()
-    scenarios = scenarios_of(train_days)
-    params, train_score, table = tune_on(train_days, scenarios, (False, True) if noise_aware else (False,))
-    typer.echo(f"tuned on {len(train_days)} train days: {params} (train score {train_score:.3f})")
-    for option in sorted({a for _, _, a in table}):
-        top, (m, sd, _) = max((score, c) for c, score in table.items() if c[2] == option)
-        typer.echo(f"best train score with noise_aware={option}: {top:.4f} (margin {m:g}, cost_sd {sd:g})")
-    pid, _ = tuned_baseline(market, "pid", setting, train)
-    outcome = play(pid, days.indexes(), days.episode_days(1), days.registration(1), 0)
-    frames = {"pid": episode_rows("pid", 0, days, outcome.delivery, outcome.cost)}
-    for m in MARGINS:  # the whole margin frontier, for reading (not a choice); "plan" is its tuned margin's row
-        again = Planner(scenarios, m, params["cost_sd"], noise_aware=params.get("noise_aware", False))
-        outcome = play(again, days.indexes(), days.episode_days(1), days.registration(1), 0)
-        frames[f"plan@{m:g}"] = episode_rows(f"plan@{m:g}", 0, days, outcome.delivery, outcome.cost)
-    tuned = frames[f"plan@{params['margin']:g}"].assign(method="plan")
-    episodes = pd.concat([frames["pid"], tuned, *(f for k, f in frames.items() if k != "pid")], ignore_index=True)
-    summary = summarize(episodes, list(dict.fromkeys(episodes["method"])))
-    for label, row in summary.items():
-        typer.echo(f"| {label} | {row['ans_median']:.3f} | {row['csr']:.3f} |")
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        episodes.to_csv(out / "episodes.csv", index=False)
-        (out / "plan.json").write_text(
-            json.dumps(
-                {
-                    "params": params,
-                    "train_score": train_score,
-                    "summary": summary,
-                    "candidates": [
-                        {"margin": c[0], "cost_sd": c[1], "noise_aware": c[2], "train_score": x}
-                        for c, x in table.items()
-                    ],
-                },
-                indent=1,
-                default=float,
-            )
-        )
-
-
-if __name__ == "__main__":
-    typer.run(main)

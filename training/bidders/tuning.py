@@ -1,7 +1,7 @@
 """Tuning baselines on the train days: the score they maximize and a seeded random search.
 
 The score of an episode is its normalized feasible delivery ``D / D* * 1[feasible]`` (the summand of
-ANS, SPEC 4); a candidate's score is its mean over the train days. Tuning never sees test or OOD days.
+ANS, docs/metrics.md); a candidate's score is its mean over the train days. Tuning never sees test or OOD days.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def speed_table(groups: list[GroupCurve], reference: str) -> list[SpeedRow]:
 
 def plot(groups: list[GroupCurve], out: Path, title: str = "") -> Path:
     """Mean validation score per gradient update, seeds' min-max shaded: the paper's Fig. 6."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # here, not at the top: rcb evaluate reads split_group from this module
 
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()

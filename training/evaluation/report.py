@@ -1,6 +1,6 @@
 """The evaluation report: per-seed metrics, a paper-style Markdown table, and the paper's two kinds of plots.
 
-Input is what ``training/evaluation/evaluate.py`` produces for one (market, split, setting):
+Input is what :func:`training.evaluation.evaluate.evaluate` produces for one (market, split, setting):
 
 * ``episodes``: one row per (method, seed, day) with ``delivery``, ``cost``, ``roi_target`` (L),
   ``budget`` (B, ``inf`` for none) and ``oracle_delivery`` (D*); other columns are carried along unused,
@@ -12,7 +12,8 @@ Input is what ``training/evaluation/evaluate.py`` produces for one (market, spli
 Outputs mirror the paper's Sec. 4.2: Fig. 5 ("Each boxplot shows the average (red) and median (black)
 results of 20 independent repeated runs") becomes :func:`plot_boxplots`, and Fig. 8 ("The histogram of
 ROI difference [...] against the required constraint, with step 0.05") becomes :func:`plot_roi_histograms`.
-SPEC 4: every table states the split, the setting, the number of seeds, median and mean.
+Every table states the split, the setting, the number of seeds, and whether a figure is a median or a mean
+(docs/metrics.md), so no figure is read out of its context.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import pandas as pd
 
 from training.replay.metrics import DEFAULT_GAMMA, is_feasible, roi, summarize
 
+# matplotlib is imported where a figure is drawn (its import costs more than the tables): an evaluation written
+# with plots=False, and the tables alone, never load it.
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -178,8 +181,8 @@ def _tuned_lines(tuned: Mapping[str, Mapping[str, Any]], methods: Sequence[str])
 def markdown_table(summary: Mapping[str, Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
     """The paper-style results table (one row per method, in ``summary``'s order), with its context.
 
-    Above the table: split, setting, seeds, that medians/means are over seeds, the market (SPEC 4 asks
-    every table to state them). Below it: the tuned hyperparameters per method and how the run was made.
+    Above the table: split, setting, seeds, that medians/means are over seeds, the market (every table
+    states them: docs/metrics.md). Below it: the tuned hyperparameters per method and how the run was made.
     Ratios have 3 decimals, percents 1, and ``nan`` shows as :data:`MISSING`.
     """
     split, setting, seeds = meta.get("split", "?"), meta.get("setting", "?"), meta.get("seeds", "?")

@@ -207,7 +207,7 @@ async def replay_episode(
         trace.ratios.append(ratio)
         trace.slots.append(stats)
         answer = await service.slot_update(campaign, episode, t, stats)
-        trace.decided_by.append(str(answer.get("decided_by", "unknown")))  # rcb's own field, beyond SPEC 7's answer
+        trace.decided_by.append(str(answer.get("decided_by", "unknown")))  # who decided the ratio (docs/http-api.md)
         ratio = float(_field(answer, "bid_ratio", "POST /v1/slot-update"))
     return trace
 

@@ -2,9 +2,7 @@
 
 A model trained on one market and served on another (the shipped ``models/default`` on a user's own logs) bids
 where its training market taught it to, around a controller tuned there. Its ratios times a factor ``m`` may fit the
-served market better; the served market's own train days, which the model never saw, can say which. The rule
-(RESULTS.md, session 40: rule B, pre-registered 0d0e97f, on the suite; rule B2, pre-registered 292d2b4, on a suite
-regenerated with another seed, where it was adopted):
+served market better; the served market's own train days, which the model never saw, can say which. The rule:
 
 1. Each ``m`` of :data:`LADDER` is played on MARKET's train days behind the model's shield (the card's band around
    the card's controller: the scaled ratio is what the shield bounds), as the service would run it, 5 seeds; the
@@ -17,8 +15,8 @@ The chosen factor goes on a copy of the model as its card's ``bid_scale`` sectio
 card's served hash, so the model's version in the service, changes with the factor. The model's own train days are
 refused: there the factor would be chosen on the days the model was selected on.
 
-Measured (RESULTS.md, session 40), each market's calibrated copy against the model as shipped, both behind the
-shield, on held-out days: on the seed-1 suite +0.000 to +0.025 median ANS on all 8 MC rows (summed +0.094; `sparse`
+Measured (RESULTS.md), each market's calibrated copy against the model as shipped, both behind the shield, on
+held-out days: on a suite generated with seed 1 +0.000 to +0.025 median ANS on all 8 MC rows (summed +0.094; `sparse`
 +0.024 / +0.020, `shifted` +0.010 / +0.025), the shield's bound held on every row; on the suite of record `shifted`
 and `volatile` +0.015 to +0.024, `sparse` +0.002 to +0.004.
 """
@@ -37,12 +35,13 @@ import pandas as pd
 from model.artifact import CARD_FILE, Artifact, BidScaleInfo, ModelCard, load_artifact
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
-from training.evaluation.evaluate import episode_rows, split_days, summarize, tuned_baseline
+from training.bidders.tuned import tuned_baseline
+from training.evaluation.evaluate import episode_rows, split_days, summarize
 from training.files import atomic_write_text, built_beside
 from training.market.dataset import Market, MarketError
 
 LADDER = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5)
-"""The factors played (rule B2's): 1 is the model as exported."""
+"""The factors played: 1 is the model as exported."""
 SPLIT = "train"
 """The days the rule reads: the served market's train days (the days its PID is tuned on), none seen by the model."""
 CSR_TOLERANCE = 1e-9
@@ -74,7 +73,7 @@ class BidCalibration:
     def record(self) -> dict[str, Any]:
         """The card's ``bid_scale.calibration``: the rule, the figures it read and the choice."""
         return {
-            "rule": "training/export/calibrate.py (pre-registered 0d0e97f and 292d2b4)",
+            "rule": "training/export/calibrate.py: CSR at least the PID's, best median ANS, ties to the nearest 1",
             "split": SPLIT,
             "days": self.days,
             "seeds": self.seeds,

@@ -21,20 +21,22 @@ posteriors concatenated, as in torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import onnx
 import torch
 import torch.nn.functional as F
+from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from model.artifact import TensorSpec, encoder_spec
 from training.rl.encoder import PosteriorEncoder
 from training.rl.ensemble import EnsembleEncoder
 
-if TYPE_CHECKING:
-    import onnx
-
+OPSET = 20
+"""ONNX opset of both graphs, this one and the traced policy's (:mod:`training.export.onnx`); onnxruntime >= 1.17
+runs them; recorded in model.json."""
 MS_DOMAIN = "com.microsoft"
 """onnxruntime's contrib operators (Attention); standard onnxruntime builds (PyPI's included) have them."""
 MASKED_SCORE = -1e30
@@ -77,16 +79,12 @@ class _Graph:
         self.initializers: list[onnx.TensorProto] = []
 
     def const(self, name: str, value: np.ndarray | torch.Tensor | Sequence[float], dtype: type = np.float32) -> str:
-        from onnx import numpy_helper
-
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu().numpy()
         self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
         return name
 
     def node(self, op: str, inputs: list[str], output: str, domain: str = "", **attributes: Any) -> str:
-        from onnx import helper
-
         self.nodes.append(helper.make_node(op, inputs, [output], name=output, domain=domain, **attributes))
         return output
 
@@ -152,12 +150,8 @@ def _member(
 
 
 def encoder_graph(encoder: PosteriorEncoder | EnsembleEncoder) -> onnx.ModelProto:
-    """The serving graph of ``encoder`` (one encoder or an ensemble), opset ``OPSET`` + onnxruntime's contrib ops;
+    """The serving graph of ``encoder`` (one encoder or an ensemble), opset :data:`OPSET` + onnxruntime's contrib ops;
     inputs and outputs are :func:`model.artifact.encoder_spec`'s."""
-    from onnx import TensorProto, helper
-
-    from training.export.onnx import OPSET
-
     members = members_of(encoder)  # never empty: an EnsembleEncoder refuses no members
     transition_dim = int(members[0].embed.in_features)
     latent = sum(int(m.latent_dim) for m in members)

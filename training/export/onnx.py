@@ -1,11 +1,12 @@
-"""`rcb export`: a training run's best actor (and CBRL's posterior encoder) as a model artifact (SPEC 5).
+"""`rcb export`: a training run's best actor (and CBRL's posterior encoder) as a model artifact.
 
 The policy graph is traced from the run's own module through a thin wrapper (:class:`PolicyGraph` around
 ``actor.act``), so whatever the policy network becomes, export follows. The posterior encoder's graph is
 written node by node from its weights (:mod:`training.export.encoder_graph`): onnxruntime's fused causal attention
 instead of the ~40 nodes per block that tracing gives, 1.3x faster at a 10,000-campaign slot boundary
 (BENCHMARKS.md). Dims are read from the modules and ``model.features``, never restated here. The I/O
-contract and the card are :mod:`model.artifact`'s.
+contract and the card's schema are :mod:`model.artifact`'s (docs/model-artifact.md); what the card says,
+:mod:`training.export.card`'s.
 
 Export mode (policy): torch's default (dynamo) exporter, ``torch.export`` then ONNX at opset :data:`OPSET`,
 with a dynamic batch axis. The encoder graph: opset :data:`OPSET` plus onnxruntime's ``com.microsoft``
@@ -20,18 +21,16 @@ replace ``out`` with a rename. A crash at any point leaves either the previous a
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import io
-import json
 import logging
 import pickle
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import onnx
+import onnxruntime
 import torch
 from pydantic import ValidationError
 from torch import nn
@@ -40,54 +39,30 @@ from model.artifact import (
     BATCH,
     CARD_FILE,
     ENCODER_FILE,
-    FORMAT_VERSION,
     LENGTH,
     MAX_STEPS,
     POLICY_FILE,
-    SCENARIOS_FILE,
-    ActionRange,
     Artifact,
     ArtifactError,
     EvaluationInfo,
     GraphSpec,
     ModelCard,
-    PlannerInfo,
-    ShieldInfo,
-    TrainingInfo,
-    code_features,
     file_sha256,
     load_artifact,
     policy_spec,
-    read_card,
 )
-from model.contract import Setting
-from model.controller import GAIN_FIELDS, ControllerGains
 from model.features import feature_set
 from model.features import obs_dim as features_width
-from model.planner import VERSION as PLANNER_VERSION
-from model.planner import calibrated_alerts, save_scenarios
 from model.trajectory import prefix_mask, transitions
-from training.bidders.onnx import OnnxBidder
-from training.export.encoder_graph import encoder_graph
+from training.export.card import Provenance, policy_card, run_provenance
+from training.export.destination import ExportError, check_destination
+from training.export.encoder_graph import OPSET, encoder_graph
 from training.files import atomic_write_text, built_beside
 from training.rl.encoder import PosteriorEncoder
 from training.rl.ensemble import EnsembleEncoder
 from training.rl.networks import TanhGaussianPolicy
-from training.rl.runs import (
-    RUN_FILE,
-    best_bidder,
-    load_best,
-    load_ensemble_bidder,
-    pooled_fingerprint,
-    reference_controller,
-)
-from training.rl.sac import reference_of, training_band
+from training.rl.runs import best_bidder, load_best, load_ensemble_bidder
 
-if TYPE_CHECKING:
-    from training.market.dataset import Market
-
-OPSET = 20
-"""ONNX opset of both graphs (onnxruntime >= 1.17 runs them); recorded in model.json."""
 POLICY_ATOL = 1e-5
 ENCODER_ATOL = 1e-4
 """Largest |torch - onnxruntime| export accepts, on the ratio and on the posterior's mean and std."""
@@ -95,10 +70,7 @@ PARITY_BATCHES = (1, 7, 300)
 PARITY_LENGTHS = (1, 2, 24, 47, 48)
 
 Progress = Callable[[str], None]
-
-
-class ExportError(ValueError):
-    """A run that cannot be exported, or an export that does not reproduce torch."""
+RUN_FILE = "run.json"
 
 
 class PolicyGraph(nn.Module):
@@ -114,8 +86,6 @@ class PolicyGraph(nn.Module):
 
 def _strip_debug_metadata(path: Path) -> None:
     """Drop the per-node stack traces the exporter attaches: they name build-machine paths and triple the file."""
-    import onnx
-
     model = onnx.load(str(path))
     for node in model.graph.node:
         del node.metadata_props[:]
@@ -165,8 +135,6 @@ def _export_graph(module: nn.Module, example: tuple[torch.Tensor, ...], spec: Gr
 
 def _write_encoder_graph(encoder: PosteriorEncoder | EnsembleEncoder, path: Path) -> None:
     """:func:`training.export.encoder_graph.encoder_graph`, checked by onnx and written to ``path``."""
-    import onnx
-
     try:
         model = encoder_graph(encoder)
         onnx.checker.check_model(model)
@@ -258,40 +226,6 @@ def check_parity(
     return worst
 
 
-def check_destination(out: Path, force: bool) -> None:
-    here = Path.cwd().resolve()
-    if out.resolve() == here or out.resolve() in here.parents:  # the swap would move the shell's directory away
-        raise ExportError(f"--out {out} is the current directory or holds it; name a model directory, e.g. ./model")
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not (out / CARD_FILE).exists():
-            raise ExportError(f"{out} is a non-empty directory that holds no model artifact; choose another --out")
-        if not force:
-            raise ExportError(f"{out} already holds a model artifact; pass --force to overwrite it")
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """What the card says about where the weights come from (everything but dims, files and parity)."""
-
-    algorithm: str
-    setting: str
-    source_run: str
-    training: TrainingInfo
-    evaluation: EvaluationInfo
-
-
-def refuse_plan_reference(run: Path, saved: dict[str, Any]) -> None:
-    """A run that corrects the planner (``rcb train --reference plan``) is not exported: a model card cannot carry a
-    planner reference yet (checked before its actor is loaded, which would rebuild the planner's scenarios)."""
-    if ((saved.get("config") or {}).get("controller") or {}).get("kind") == "plan":
-        raise ExportError(
-            f"{run} corrects the planner (rcb train --reference plan): the model card cannot carry a planner"
-            " reference yet; export a run that corrects the PID"
-        )
-
-
 def export_run(
     run: Path, out: Path, force: bool = False, progress: Progress | None = None, intra_op_threads: int = 1
 ) -> ModelCard:
@@ -300,12 +234,11 @@ def export_run(
     check_destination(out, force)
     try:  # RunError (a ValueError, passed on) when RUN is not a finished run at all
         saved, body = load_best(run)
-        refuse_plan_reference(run, saved)
         bidder = best_bidder(saved)
     except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as exc:
         raise ExportError(f"{run}: cannot load its best actor from best.pt ({exc})") from None
     try:
-        provenance = run_provenance(run, body, saved)
+        provenance = run_provenance(run, body, saved, bidder.controller)
     except (KeyError, ValidationError) as exc:
         raise ExportError(f"{run / RUN_FILE}: cannot describe the run in a model card ({exc})") from None
     return export_modules(bidder.policy, bidder.encoder, out, provenance, force, progress, intra_op_threads)
@@ -320,14 +253,12 @@ def export_ensemble(
     check_destination(Path(out), force)
     try:  # RunError (a ValueError, passed on) when a run is not finished or the runs do not match
         loaded = [load_best(run) for run in runs]
-        for run, (saved, _) in zip(runs, loaded, strict=True):
-            refuse_plan_reference(run, saved)
         bidder, bodies = load_ensemble_bidder(runs, loaded)
     except (OSError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError) as exc:
         raise ExportError(f"{', '.join(map(str, runs))}: cannot load the best actors ({exc})") from None
     saved, body = loaded[0]
     try:
-        first = run_provenance(runs[0], body, saved)
+        first = run_provenance(runs[0], body, saved, bidder.controller)
     except (KeyError, ValidationError) as exc:
         raise ExportError(f"{runs[0] / RUN_FILE}: cannot describe the run in a model card ({exc})") from None
     scores = [b.get("best_validation_score") for b in bodies]
@@ -393,7 +324,8 @@ def export_modules(
                 progress(ENCODER_FILE)
             _write_encoder_graph(encoder, building / ENCODER_FILE)
             files[ENCODER_FILE] = file_sha256(building / ENCODER_FILE)
-        card = _card(provenance, residual, latent, transition_dim, files)
+        producer = {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
+        card = policy_card(provenance, residual, latent, transition_dim, files, producer)
         atomic_write_text(building / CARD_FILE, card.to_json())
         if progress:
             progress("parity")
@@ -405,222 +337,3 @@ def export_modules(
         card = card.model_copy(update={"parity": parity})
         atomic_write_text(building / CARD_FILE, card.to_json())
     return card
-
-
-def run_provenance(run: Path, body: dict[str, Any], saved: dict[str, Any]) -> Provenance:
-    """From ``run.json`` and ``best.pt``: only figures the run recorded, nothing recomputed."""
-    history = body.get("history", [])
-    epoch = saved.get("epoch")
-    at_best: dict[str, Any] = next((h for h in history if h.get("epoch") == epoch), {})
-    best_score = body.get("best_validation_score")
-    if best_score is None and at_best:
-        best_score = at_best.get("validation_score")
-    config = body.get("config", saved.get("config", {}))
-    reference = reference_of(bool(config.get("residual")), config.get("controller"))
-    assert reference is None or isinstance(reference, ControllerGains)  # refuse_plan_reference ran before
-    if reference is not None:  # the reference the policy was trained around, exactly (it reads its ratio)
-        profile: tuple[float, ...] | None = reference.traffic_profile
-        controller: dict[str, float] | None = reference.tuned()
-    else:
-        profile, controller = _train_days_reference(body)
-    jsonable = lambda x: json.loads(json.dumps(x, default=str))  # noqa: E731 - tuples, paths -> JSON types
-    return Provenance(
-        algorithm=str(config.get("algo", "unknown")),
-        setting=body["setting"],
-        source_run=str(run),
-        training=TrainingInfo(
-            run=str(run),
-            market=str(body.get("market", "")),
-            pooled_markets=[str(m) for m in body.get("pooled_markets", [])],
-            data_fingerprint=body["data_fingerprint"],
-            epoch=None if epoch is None else int(epoch),
-            epochs=len(history),
-            config=jsonable(config),
-            traffic_profile=profile,
-            controller=controller,
-            initialized_from=body.get("initialized_from"),
-        ),
-        evaluation=EvaluationInfo(
-            best_validation_score=best_score,
-            train_score_at_best=at_best.get("train_score"),
-            history=jsonable(history),
-        ),
-    )
-
-
-def _card(
-    provenance: Provenance, residual: bool, latent: int, transition_dim: int | None, files: dict[str, str]
-) -> ModelCard:
-    import onnx
-    import onnxruntime
-
-    return ModelCard(
-        format_version=FORMAT_VERSION,
-        algorithm=provenance.algorithm,
-        setting=Setting(provenance.setting),
-        features=code_features(residual),
-        obs_dim=features_width(residual),
-        latent_dim=latent,
-        transition_dim=transition_dim,
-        action=ActionRange(),
-        opset=OPSET,
-        created=dt.datetime.now(dt.UTC).replace(microsecond=0),
-        source_run=provenance.source_run,
-        files=files,
-        training=provenance.training,
-        evaluation=provenance.evaluation,
-        shield=trained_shield(provenance.training.config),
-        producer={"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
-    )
-
-
-TRAINED_BEHIND = "training: the band the run trained behind (train_shielded)"
-"""The card's ``shield.chosen_by`` for a model trained behind the shield."""
-
-
-def trained_shield(config: dict[str, Any]) -> ShieldInfo | None:
-    """The card's ``shield`` section for a run trained behind the shield: every field of the band it trained behind
-    (:func:`training.rl.sac.training_band`), so the service and ``shield:onnx:`` run that band whatever the code's
-    defaults become; None for a run trained alone (the defaults)."""
-    band = training_band(config)
-    return None if band is None else ShieldInfo(config=asdict(band), chosen_by=TRAINED_BEHIND)
-
-
-def record_figures(model_dir: Path, measured: dict[str, Any]) -> ModelCard:
-    """Write figures measured on an exported model into its card (``evaluation.measured``); the ONNX files and
-    their hashes are untouched. Returns the new card."""
-    card = read_card(Path(model_dir))
-    evaluation = card.evaluation.model_copy(update={"measured": measured})
-    updated = card.model_copy(update={"evaluation": evaluation})
-    ModelCard.model_validate_json(updated.to_json())  # what is written must read back
-    atomic_write_text(Path(model_dir) / CARD_FILE, updated.to_json())
-    return updated
-
-
-def _train_days_reference(body: dict[str, Any]) -> tuple[tuple[float, ...] | None, dict[str, float] | None]:
-    """The shield's and the fallback controller's reference for a non-residual run: the one a residual run trains
-    around (:func:`training.rl.runs.reference_controller`, its market's train days). ``(None, None)`` when it cannot
-    be had here (the run's market is not on this machine, has no train days, or its train days are not the ones the
-    run trained on: a market regenerated at the same path would give another market's PID)."""
-    from training.market.dataset import Market, MarketError
-
-    try:
-        paths = [Path(str(p)) for p in body.get("pooled_markets") or [body.get("market", "")]]
-        markets = [Market.open(path) for path in paths]
-        if not markets[0].split("train"):
-            return None, None
-        if pooled_fingerprint([m.split_fingerprint("train") for m in markets]) != body.get("data_fingerprint"):
-            return None, None
-        reference = reference_controller(markets[0], Setting(body["setting"]))
-    except (MarketError, OSError, ValueError, KeyError):
-        return None, None
-    profile = tuple(float(x) for x in reference.pop("traffic_profile"))
-    return profile, reference
-
-
-def check_planner_export(market_dir: Path, out: Path, force: bool = False) -> Market:
-    """The refusals :func:`export_planner` makes before any work, for a caller to make before its progress bar:
-    ``out`` taken (without ``force``), ``market_dir`` not a market or without train days. Returns the market."""
-    from training.market.dataset import Market
-
-    check_destination(Path(out), force)
-    market = Market.open(Path(market_dir))
-    if not market.split("train"):
-        raise ExportError(f"{market_dir} has no train days: the planner's scenarios are the train days")
-    return market
-
-
-def export_planner(
-    market_dir: Path, setting: Setting, out: Path, force: bool = False, progress: Progress | None = None
-) -> ModelCard:
-    """The planner (:mod:`model.planner`) on ``market_dir``'s train days as a model directory ``out``: its scenarios
-    (``scenarios.npz``), the parameters ``rcb evaluate`` tunes for ``plan`` (the same cache, so ``onnx:OUT`` plays
-    the ``plan`` rows) and the market's PID as the shield's and the fallback's reference (the gains
-    ``shield:plan`` plays). Checked before it replaces ``out``: loaded back, and its ratios equal to the tuned
-    planner's over the first train days played (``parity.ratio``)."""
-    from training.bidders import planner as planner_bidder
-    from training.bidders.base import play
-    from training.evaluation.evaluate import split_days, tuned_baseline
-
-    market = check_planner_export(market_dir, out, force)
-    if progress:
-        progress("tuning")
-    _, train = split_days(market, "train", setting)
-    tuned, record = tuned_baseline(market, "plan", setting, train)
-    pid, _ = tuned_baseline(market, "pid", setting, train)
-    assert isinstance(tuned, planner_bidder.Planner)
-    params, gains = tuned.params(), pid.params()
-    profile = tuple(float(x) for x in gains.pop("traffic_profile"))
-    days = train()
-    if progress:
-        progress("alerts")
-    train_edge, train_misfit = planner_bidder.train_depth(tuned, days)
-    edge_alert, misfit_alert = calibrated_alerts(train_edge, train_misfit)
-    with built_beside(out) as building:
-        if progress:
-            progress(SCENARIOS_FILE)
-        save_scenarios(tuned.scenarios, building / SCENARIOS_FILE)
-        card = ModelCard(
-            format_version=FORMAT_VERSION,
-            kind="planner",
-            algorithm="plan",
-            setting=Setting(setting),
-            features=(),
-            obs_dim=0,
-            latent_dim=0,
-            created=dt.datetime.now(dt.UTC).replace(microsecond=0),
-            source_run=f"plan:{market.root}",
-            files={SCENARIOS_FILE: file_sha256(building / SCENARIOS_FILE)},
-            training=TrainingInfo(
-                run=f"plan:{market.root}",
-                market=str(market.root),
-                data_fingerprint=market.split_fingerprint("train"),
-                epochs=0,
-                config={
-                    "tuner_version": planner_bidder.TUNER_VERSION,
-                    **params,
-                    "train_edge_max": float(train_edge.max(initial=0.0)),
-                    "train_misfit_max": float(train_misfit.max(initial=0.0)),
-                },
-                traffic_profile=profile,
-                controller={k: float(gains[k]) for k in GAIN_FIELDS},
-            ),
-            evaluation=EvaluationInfo(
-                metric="planner: train_score = mean over train days, each played without its own scenario, of "
-                "D / D* x 1[feasible]; test and OOD figures: evaluation.measured"
-            ),
-            planner=PlannerInfo(
-                version=PLANNER_VERSION,
-                margin=float(params["margin"]),
-                cost_sd=float(params["cost_sd"]),
-                noise_aware=bool(params.get("noise_aware", False)),
-                train_days=tuned.scenarios.days,
-                train_score=float(record["train_score"]),
-                edge_alert=edge_alert,
-                misfit_alert=misfit_alert,
-            ),
-            producer={"numpy": np.__version__},
-        )
-        atomic_write_text(building / CARD_FILE, card.to_json())
-        if progress:
-            progress("parity")
-        try:
-            artifact = load_artifact(building)
-        except ArtifactError as exc:
-            raise ExportError(f"the exported planner does not load: {exc}") from None
-        assert artifact.planner is not None
-        shown = days.subset(np.arange(min(PLANNER_PARITY_DAYS, len(days))))
-        ratios = []
-        for bidder in (tuned, OnnxBidder(artifact)):
-            played = play(bidder, shown.indexes(), shown.episode_days(1), shown.registration(1), 0)
-            ratios.append(played.history.ratios)
-        worst = float(np.max(np.abs(ratios[0] - ratios[1])))
-        if not worst == 0:  # NaN included
-            raise ExportError(f"the exported planner does not reproduce the tuned one: ratios off by {worst:.2e}")
-        card = card.model_copy(update={"parity": {"ratio": worst}})
-        atomic_write_text(building / CARD_FILE, card.to_json())
-    return card
-
-
-PLANNER_PARITY_DAYS = 3
-"""Train days the exported planner replays against the tuned one before it replaces the destination."""

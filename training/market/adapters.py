@@ -1,4 +1,4 @@
-"""Importers of public impression-log formats into the SPEC 3 schema (``rcb market import``).
+"""Importers of public impression-log formats into the schema of docs/data-schema.md (``rcb market import``).
 
 Each adapter reads its format, checks what only the source columns can tell (an hour of 24 maps to a
 valid-looking slot once converted), maps the columns to ``day, slot, utility, market_price, delivery``
@@ -26,7 +26,7 @@ mirror, from ``python/make_yewu.py`` (``get_df_from_file`` and ``dump_df_each``)
   and count such rows under ``notes`` in the summary and the manifest.
 
 The synthetic environment the reference ships (``syn_cbrl.zip``) samples data with these same columns.
-Mapping (SPEC 3): ``utility = pctr * pppc``, ``market_price = costprice / 1000``, ``delivery = rev``,
+Mapping: ``utility = pctr * pppc``, ``market_price = costprice / 1000``, ``delivery = rev``,
 ``slot = hr * 2 + min // 30``. The source has no MC constraints, so each day's ``(L, B)`` is drawn by
 :mod:`training.market.constraints` (recipe ``prior`` by default, ``paper`` on request) with
 ``default_rng([seed, day, 1])``, as the generator does.
@@ -52,7 +52,7 @@ the README of github.com/alimama-tech/NeurIPS_Auto_Bidding_General_Track_Baselin
   ``timeStepIndex`` 0..47 (the baseline computes ``timeleft = (48 - t) / 48``);
 * ``pvIndex`` grows through the period, so it is the arrival order within a step.
 
-Mapping (SPEC 3, with ``V`` the value of one conversion): ``day = deliveryPeriodIndex``,
+Mapping (with ``V`` the value of one conversion): ``day = deliveryPeriodIndex``,
 ``slot = timeStepIndex``, ``utility = pValue * V``, ``delivery = conversionAction * V``,
 ``market_price = leastWinningCost``; MC ``roi_target = V / CPAConstraint`` (ROI = V * conversions /
 cost >= V / CPA is exactly cost per conversion <= CPA) and ``budget = budget``. With several advertisers
@@ -190,7 +190,7 @@ class ImportSummary:
 
 @dataclass
 class _Converted:
-    """A source converted to SPEC 3 columns, before schema validation."""
+    """A source converted to the schema's columns, before schema validation."""
 
     frame: pd.DataFrame
     """``day, slot, utility, market_price, delivery`` in arrival order, source-rejected rows removed."""

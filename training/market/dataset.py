@@ -1,4 +1,4 @@
-"""A market directory: ``manifest.json`` plus one Parquet file per day (SPEC 3, SPEC 6).
+"""A market directory: ``manifest.json`` plus one Parquet file per day (docs/data-schema.md).
 
 The manifest lists every day with its split (``train``, ``test`` or ``ood``), its file, its MC
 constraints ``{roi_target, budget}`` and, for synthetic markets, the day's latent regime (for

@@ -1,4 +1,4 @@
-"""A synthetic, non-stationary ad market in the SPEC 3 schema (``rcb market generate``).
+"""A synthetic, non-stationary ad market in the impression-log schema (docs/data-schema.md; ``rcb market generate``).
 
 Every realism trait is a documented field of :class:`MarketConfig`:
 

@@ -1,4 +1,4 @@
-"""Reading and writing impression logs (Parquet, CSV accepted on input) in the SPEC 3 schema."""
+"""Reading and writing impression logs (Parquet, CSV accepted on input) in the schema of docs/data-schema.md."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def summarize(facts: list[DayFacts]) -> dict[str, dict[str, float]]:
 
 def plot(facts: list[DayFacts], path: Path, title: str) -> None:
     """The 2x2 figure: slot deviations, day-wise ratios, traffic profile, every day's slot-wise ratios."""
-    import matplotlib
+    import matplotlib  # here, not at the top: the facts and the summary need no matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

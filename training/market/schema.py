@@ -1,4 +1,4 @@
-"""The impression-log schema of SPEC 3 and its validation.
+"""The impression-log schema (docs/data-schema.md) and its validation.
 
 One row per impression: ``day, slot, utility, market_price, delivery[, cost]``. Rows within a slot
 are in arrival order. Validation never drops a row silently: every rejected row is counted under
@@ -28,7 +28,7 @@ SLOT_SECONDS = 24 * 3600 // SLOTS_PER_DAY
 
 
 class SchemaError(ValueError):
-    """The log cannot be read as SPEC 3 impressions at all (e.g. a required column is missing)."""
+    """The log cannot be read as impressions of the schema at all (e.g. a required column is missing)."""
 
 
 class InvalidRowsError(ValueError):
@@ -94,7 +94,7 @@ class DayLog:
         return slice(int(self.slot_offsets[t]), int(self.slot_offsets[t + 1]))
 
     def to_frame(self) -> pd.DataFrame:
-        """The day in the SPEC 3 schema (``cost`` always written)."""
+        """The day in the schema (``cost`` always written)."""
         return pd.DataFrame(
             {
                 "day": np.full(self.n_impressions, self.day, dtype=np.int32),
@@ -117,7 +117,7 @@ def reject_rows(keep: np.ndarray, bad: np.ndarray, reason: str, report: Validati
 
 
 def validate_frame(frame: pd.DataFrame, source: str = "log") -> tuple[pd.DataFrame, ValidationReport]:
-    """Check a raw frame against SPEC 3; return the valid rows (in their original order) and the report.
+    """Check a raw frame against the schema; return the valid rows (in their original order) and the report.
 
     ``slot`` may be replaced by ``timestamp`` (seconds, or anything pandas parses as a datetime):
     the slot is then the 30-minute bucket of the time of day, and rows are ordered by timestamp.

@@ -16,10 +16,9 @@ One resample a day per epoch, shared by the day's episodes. The registration (L,
 ``D*`` stay the logged day's: within an episode ``D*`` is a constant, and a resample's own oracle would cost a MILP
 per episode (so a lucky resample may score above 1). Model selection and every evaluation play the logged days.
 
-Measured on the suite's SC ``sparse`` (RESULTS.md, session 29, pre-registered): it lifts the late epochs on validation
-and learn days but not the early ones model selection keeps, so no row gained alone. With model selection among the
-last quarter of the epochs it became the SC default for CBRL (session 32, :data:`training.rl.sac.LATE_SELECTION`);
-MC trains without it.
+On the suite's SC ``sparse`` it lifts the late epochs on validation and learn days but not the early ones, so it
+pays together with model selection among the last quarter of the epochs: CBRL trains with both in SC
+(:data:`training.rl.config.LATE_SELECTION`), MC with neither (RESULTS.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Evaluation metrics of SPEC 4: ANS, CSR, ANDR (paper appendix, "Evaluation Protocols") and USCB's G-metric.
+"""Evaluation metrics (docs/metrics.md): ANS, CSR, ANDR (paper appendix, "Evaluation Protocols") and USCB's G-metric.
 
 Every function is vectorized over episodes: it takes arrays (or scalars, broadcast) of one value per
 episode — delivery ``D``, cost ``C``, ROI target ``L``, budget ``B`` (``inf`` for none) and the
@@ -11,7 +11,7 @@ The paper's formulas (appendix, "Evaluation Protocols"), with ``F`` the feasible
     CSR  = 1/N   sum_i  1[i in F]
     ANDR = 1/|F| sum_{i in F} (D_i / D*_i - 1) * 100%
 
-and USCB's G-metric (paper, "Additional Empirical Results"; SPEC 4)::
+and USCB's G-metric (paper, "Additional Empirical Results")::
 
     G = 1/N sum_i  min(D_i / D*_i, 1) - (gamma ** max(L_i * C_i / D_i - 1, 0) - 1),   gamma = 3
 
@@ -50,7 +50,7 @@ from numpy.typing import ArrayLike
 import model.roi as rule
 
 DEFAULT_GAMMA = 3.0
-"""USCB's G-metric base (SPEC 4)."""
+"""USCB's G-metric base (docs/metrics.md)."""
 
 DEFAULT_MAX_VIOLATION = 10.0
 """Clip of the G-metric's relative ROI violation, so ``D = 0 < C`` scores a finite floor."""
@@ -150,7 +150,7 @@ def gmetric_scores(
     gamma: float = DEFAULT_GAMMA,
     max_violation: float = DEFAULT_MAX_VIOLATION,
 ) -> np.ndarray:
-    """Per-episode USCB G-metric ``min(D/D*, 1) - (gamma ** max(L*C/D - 1, 0) - 1)`` (SPEC 4).
+    """Per-episode USCB G-metric ``min(D/D*, 1) - (gamma ** max(L*C/D - 1, 0) - 1)``.
 
     Zero delivery: the violation is 0 when ``C = 0`` and ``+inf`` when ``C > 0``, then clipped at
     ``max_violation`` (see the module docstring).

@@ -1,6 +1,6 @@
 """Fast, exact replay of logged auctions under slot-wise bid ratios.
 
-Semantics (SPEC 1, issue 2): impression ``i`` of slot ``t`` is won iff ``ratio_t * u_i > m_i`` and
+Semantics (docs/metrics.md): impression ``i`` of slot ``t`` is won iff ``ratio_t * u_i > m_i`` and
 a win pays ``c_i``. With a budget ``B`` the campaign wins in arrival order while its cumulative cost
 stays ``<= B``; the first win that would exceed ``B`` ends its bidding for the episode.
 

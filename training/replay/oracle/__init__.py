@@ -1,4 +1,4 @@
-"""Hindsight oracles: the slot-wise oracle ``D*`` that every metric is normalized by (SPEC 4), and a day-wise one.
+"""Hindsight oracles: the slot-wise oracle ``D*`` every metric is normalized by (docs/metrics.md), and a day-wise one.
 
 **Slot-wise oracle** (paper appendix, "Slot-wise Oracle", problem (plan2)). With the bid-ratio space
 discretized, choosing one ratio ``beta_t`` per slot is a *group (multiple-choice) knapsack*: slot ``t``
@@ -12,7 +12,7 @@ one item per group to::
                sum_tj C[t,j] x[t,j] <= B                (omitted without a budget)
                x binary
 
-The paper solves it with PuLP/CBC; we solve the same MILP with HiGHS (``benchmarks/bench_oracle.py``
+The paper solves it with PuLP/CBC; this solves the same MILP with HiGHS (``benchmarks/bench_oracle.py``
 checks both reach the same optimum) to a relative gap of 1e-9, i.e. exactly for all practical purposes.
 
 Semantics, shared with the simulator so the oracle's answer replays to the same numbers:
@@ -25,8 +25,8 @@ Semantics, shared with the simulator so the oracle's answer replays to the same 
   whole-slot items describe it exactly; the answer is replayed through the simulator to confirm.
   The simulator's stop mid-slot is *not* modelled (as in the paper), so under a budget a bidder (and the
   day-wise oracle below, which the stop does apply to) can beat the slot-wise one: bidding high in one slot
-  until the stop beat it by up to 1.1% on a small generated market and 0.02-0.17% on suite days (session 34;
-  docs/metrics.md). D* is the paper's reference, not a strict upper bound.
+  until the stop beat it by up to 1.1% on a small generated market and 0.02-0.17% on suite days
+  (docs/metrics.md). D* is the paper's reference, not a strict upper bound.
 * Feasibility is ``C <= B and ROI >= L`` with ``ROI = D / C`` (``+inf`` when ``C = 0``), as in
   :func:`model.roi.is_feasible`; totals are summed slot by slot in order, as the simulator does.
 
@@ -52,10 +52,10 @@ simulator's full semantics (budget stop included), all candidates replayed at on
 
 Layout, one concept per module (each imports only the ones above it):
 
+* :mod:`training.replay.oracle.knapsack`: the group knapsack's items (exact presolve) and the scaled MILP.
 * :mod:`training.replay.oracle.highs`: HiGHS at the array level (the column-wise ``HighsLp``, options, status, the
   silenced banner).
-* :mod:`training.replay.oracle.milp`: the group knapsack: items, exact presolve, the scaled MILP, bound fixing, the
-  checked and tightened solve. Generic in the curves.
+* :mod:`training.replay.oracle.milp`: bound fixing, the checked and tightened solve. Generic in the curves.
 * :mod:`training.replay.oracle.oracles`: the grid and both oracles on one day's :class:`DayIndex`.
 * :mod:`training.replay.oracle.cache`: over a market directory, with the answer cache.
 
@@ -73,15 +73,12 @@ from training.replay.oracle.cache import (
     setting_constraints,
     solve_day,
 )
+from training.replay.oracle.knapsack import KnapsackItems, KnapsackModel, knapsack_model, prune_items
 from training.replay.oracle.milp import (
     MIP_REL_GAP,
     Evaluate,
-    KnapsackItems,
-    KnapsackModel,
     KnapsackSolution,
     choice_from_values,
-    knapsack_model,
-    prune_items,
     sequential_totals,
     solve_knapsack_model,
     solve_slot_knapsack,

@@ -37,14 +37,14 @@ CACHE_DIR = Path(".rcb-cache") / "oracle"
 
 class OracleKind(StrEnum):
     SLOT = "slot"
-    """One ratio per slot (the paper's slot-wise oracle; SPEC 4's ``D*``)."""
+    """One ratio per slot (the paper's slot-wise oracle: ``D*``, docs/metrics.md)."""
     DAY = "day"
     """One ratio for the whole day."""
 
 
 @dataclass(frozen=True)
 class OracleResult:
-    """One day's oracle answer: the record of ``rcb oracle --json`` (SPEC 6). ``budget`` is None without one."""
+    """One day's oracle answer: the record of ``rcb oracle --json`` (docs/cli.md). ``budget`` is None without one."""
 
     day: int
     split: str
@@ -77,7 +77,7 @@ class OracleResult:
 
 
 def setting_constraints(entry: DayEntry, setting: Setting | str) -> tuple[float, float]:
-    """``(L, B)`` of a day under a setting (SPEC 1): SC is ``(1, inf)``; MC is the manifest's ``mc`` constraints."""
+    """``(L, B)`` of a day under a setting (docs/data-schema.md): SC is ``(1, inf)``; MC, the manifest's ``mc``."""
     setting = Setting(setting)
     if setting is Setting.SC:
         return 1.0, math.inf

@@ -1,20 +1,20 @@
 """HiGHS at the array level: the slot-wise MILP (or its LP relaxation) handed over as a column-wise ``HighsLp``.
 
-Kept apart from the model (:mod:`training.replay.oracle.milp`) because it is plumbing: the array layout HiGHS wants,
-its options, its status codes, and the banner the first ``highspy.Highs()`` of a process prints straight to
-file descriptor 1 (silenced here by redirecting that descriptor, so ``--json`` output stays clean).
+Kept apart from the model (:mod:`training.replay.oracle.knapsack`) and its solve (:mod:`training.replay.oracle.milp`)
+because it is plumbing: the array layout HiGHS wants, its options, its status codes, and the banner the first
+``highspy.Highs()`` of a process prints straight to file descriptor 1 (silenced here by redirecting that
+descriptor, so ``--json`` output stays clean).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from training.replay.oracle.milp import KnapsackModel
+from training.replay.oracle.knapsack import KnapsackModel
 
 FEASIBILITY_TOL = 1e-9
 """HiGHS primal/MIP feasibility tolerance on the scaled rows (coefficients at most 1)."""
@@ -29,7 +29,7 @@ def new_highs() -> Any:
     set; that would corrupt ``--json`` output, so the first construction runs with fd 1 sent to /dev/null.
     """
     global _highs_banner_silenced
-    import highspy
+    import highspy  # here, not at the top: highspy is optional (the offline extra), and `rcb --help` imports the oracle
 
     if _highs_banner_silenced:
         highs = highspy.Highs()

@@ -59,7 +59,7 @@ def slot_curves(index: DayIndex, grid: np.ndarray = ORACLE_GRID) -> tuple[np.nda
 def slot_oracle(
     index: DayIndex, roi_target: float, budget: float = math.inf, grid: np.ndarray = ORACLE_GRID
 ) -> OracleSolution:
-    """The slot-wise hindsight oracle of one day (paper appendix, "Slot-wise Oracle"): ``D*`` of SPEC 4.
+    """The slot-wise hindsight oracle of one day (paper appendix, "Slot-wise Oracle"): ``D*`` of docs/metrics.md.
 
     The answer is replayed through the simulator (:func:`replay_totals`), and the reported delivery and cost
     are the replay's.
