@@ -1,5 +1,4 @@
-"""model/planner.py, training/bidders/planner.py and research/planner_evidence.py: the scenario model's price shift,
-its posterior, its choice."""
+"""model/planner.py and training/bidders/planner.py: the scenario model's price shift, its posterior, its choice."""
 
 from __future__ import annotations
 
@@ -13,9 +12,8 @@ import pytest
 from model import planner as law
 from model.contract import SLOTS_PER_DAY, Setting
 from model.history import History, Registration
-from research import planner_evidence
 from training.bidders import planner
-from training.bidders.base import Bidder, play
+from training.bidders.base import play
 from training.evaluation.evaluate import evaluate, split_days
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
@@ -294,16 +292,6 @@ def test_the_threshold_sum_is_the_direct_sum(train: DaySet, scenarios: law.Scena
     assert real > 0
 
 
-def test_the_probe_command_refuses_the_train_days_it_plans_on(market: Market):
-    import typer
-    from typer.testing import CliRunner
-
-    app = typer.Typer(add_completion=False)
-    app.command()(planner_evidence.main)
-    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, [str(market.root), "--split", "validation"])
-    assert result.exit_code != 0 and "scenarios are the train days" in result.output
-
-
 def test_the_served_form_plans_what_plan_does_in_chunks_and_shares_slot_0(
     train: DaySet, scenarios: law.Scenarios, monkeypatch: pytest.MonkeyPatch
 ):
@@ -399,34 +387,3 @@ def test_at_slot_0_a_batch_plans_each_row_as_it_would_alone(scenarios: law.Scena
         )
         assert ratio[i] == alone[0] and depth.edge[i] == alone_depth.edge[0]
     assert len(set(ratio.tolist())) > 1  # the registrations do change the plan
-
-
-def test_the_depth_gated_shield_is_the_planner_until_its_flag_and_the_shielded_planner_after(
-    train: DaySet, scenarios: law.Scenarios
-):
-    """``python -m research.depth_gate``: alerts never reached bid the planner alone; alerts always reached shield it
-    from slot 1 (slot 0 has observed nothing, so it is never flagged) to the day's end."""
-    from model.controller import ControllerGains
-    from model.shield import shield
-    from research.depth_gate import DepthGatedShield
-
-    tuned = planner.Planner(scenarios, 0.0, 0.3)
-    gains = ControllerGains()
-
-    class FromSlotOne(planner.Planner):
-        def bid(self, history: History) -> np.ndarray:
-            ratio = super().bid(history)
-            return shield(history, ratio, gains).ratio if history.slot >= 1 else ratio
-
-    def played(bidder: Bidder) -> tuple[np.ndarray, np.ndarray]:
-        outcome = play(bidder, train.indexes(), train.episode_days(), train.registration(), 0)
-        return outcome.delivery, outcome.cost
-
-    never = DepthGatedShield(tuned, gains, (np.inf, np.inf))
-    assert all(np.array_equal(a, b) for a, b in zip(played(never), played(tuned), strict=True))
-    assert (never.first_flag == -1).all()
-    always = DepthGatedShield(tuned, gains, (-1.0, -1.0))
-    shielded = played(FromSlotOne(scenarios, 0.0, 0.3))
-    assert all(np.array_equal(a, b) for a, b in zip(played(always), shielded, strict=True))
-    assert (always.first_flag == 1).all()
-    assert not np.array_equal(shielded[1], played(tuned)[1])  # the shield acted: the two cases differ
