@@ -35,7 +35,8 @@ from model.contract import SLOTS_PER_DAY
 from model.trajectory import prefix_mask, transitions
 from training.export.card import Provenance
 from training.export.onnx import export_modules, random_observations
-from training.rl.sac import SACAgent, SACConfig
+from training.rl.config import SACConfig
+from training.rl.sac import SACAgent
 
 
 def inputs(rng: np.random.Generator, n: int, latent: int) -> tuple[np.ndarray, ...]:

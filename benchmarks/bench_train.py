@@ -36,16 +36,12 @@ from model.controller import ControllerGains
 from training.market.dataset import Market
 from training.market.generator import config_with, generate_market
 from training.replay.dayset import DaySet, split_validation
+from training.rl.buffer import EpisodeBuffer
+from training.rl.config import SELECTION_SEEDS, SACConfig
 from training.rl.curriculum import SPARSE_ONLY
-from training.rl.sac import (
-    SELECTION_SEEDS,
-    EpisodeBuffer,
-    PolicyBidder,
-    SACAgent,
-    SACConfig,
-    greedy_scores,
-    play_days,
-)
+from training.rl.loop import greedy_scores, play_days
+from training.rl.policy_bidder import PolicyBidder
+from training.rl.sac import SACAgent
 
 VARIANTS = {
     "CRL (plain SAC)": ("crl", None),

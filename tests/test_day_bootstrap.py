@@ -17,8 +17,8 @@ from training.market.schema import DayLog
 from training.replay.day_bootstrap import bootstrap_index, bootstrap_log
 from training.replay.dayset import DaySet, split_validation
 from training.replay.simulator import DayIndex
-from training.rl import sac
-from training.rl.sac import play_days
+from training.rl import loop
+from training.rl.loop import play_days
 
 
 def small_day(counts: list[int], seed: int = 0) -> DayLog:
@@ -147,7 +147,7 @@ def test_train_records_bootstrap_days_and_a_resumed_run_keeps_it(
         resampled.append(index.day)
         return bootstrap_index(index, rng)
 
-    monkeypatch.setattr(sac, "bootstrap_index", spy)
+    monkeypatch.setattr(loop, "bootstrap_index", spy)
     out = tmp_path / "run"
     args = ["train", "--data", str(tiny_market.root), "--setting", "sc", "--algo", "crl", "--out", str(out)]
     fast = ["--updates-per-epoch", "2", "--json"]

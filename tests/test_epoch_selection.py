@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
-from training.rl.epoch_selection import CONTROLLER_EPOCH, SelectionError, kept_epoch, run_scores, snapshot_name
+from training.rl.epoch_selection import CONTROLLER_EPOCH, kept_epoch, run_scores, snapshot_name
 
 
 def test_best_is_the_validation_argmax_with_the_controller_a_candidate():
@@ -21,27 +19,17 @@ def test_ties_go_to_the_earlier_epoch():
 
 def test_select_from_leaves_out_the_early_epochs_and_the_controller():
     scores = {CONTROLLER_EPOCH: 0.9, 0: 0.8, 1: 0.85, 2: 0.3, 3: 0.4, 4: 0.35}
-    assert kept_epoch(scores, "best", 2) == 3
-    assert kept_epoch(scores, "best", 4) == 4
-    assert kept_epoch(scores, "best", 0) == CONTROLLER_EPOCH
+    assert kept_epoch(scores, 2) == 3
+    assert kept_epoch(scores, 4) == 4
+    assert kept_epoch(scores, 0) == CONTROLLER_EPOCH
 
 
 def test_before_select_from_is_reached_the_best_so_far_is_kept():
     """A run stopped before its first eligible epoch still holds a model: the argmax so far, controller included;
     the first eligible epoch then replaces it whatever its score."""
     early = {CONTROLLER_EPOCH: 0.5, 0: 0.6, 1: 0.4}
-    assert kept_epoch(early, "best", 6) == 0
-    assert kept_epoch({**early, 6: 0.1}, "best", 6) == 6
-
-
-def test_last_is_the_latest_epoch_whatever_the_scores():
-    assert kept_epoch({CONTROLLER_EPOCH: 0.9, 0: 0.8, 1: 0.1}, "last") == 1
-    assert kept_epoch({CONTROLLER_EPOCH: 0.9}, "last") == CONTROLLER_EPOCH
-
-
-def test_an_unknown_choice_is_refused():
-    with pytest.raises(SelectionError, match="best or last"):
-        kept_epoch({0: 0.1}, "first")
+    assert kept_epoch(early, 6) == 0
+    assert kept_epoch({**early, 6: 0.1}, 6) == 6
 
 
 def test_run_scores_reads_history_and_the_controller():

@@ -1,4 +1,4 @@
-"""SAC mechanics (issue 4 groundwork): policy range and densities, relabeled replay, learning steps, seeding."""
+"""SAC mechanics: policy range and densities, relabeled replay, learning steps, seeding."""
 
 from __future__ import annotations
 
@@ -16,18 +16,13 @@ from model.history import Registration
 from training.bidders.base import play
 from training.replay.dayset import split_validation
 from training.replay.simulator import DayIndex
+from training.rl.buffer import EpisodeBuffer
+from training.rl.config import RESIDUAL_ROI_MARGIN, SACConfig, last_quarter
 from training.rl.curriculum import PAPER_CURRICULUM, stage_at
 from training.rl.networks import PREV_RATIO, TanhGaussianPolicy, TwinQ
+from training.rl.policy_bidder import PolicyBidder
 from training.rl.rewards import curriculum_reward, indicator_reward
-from training.rl.sac import (
-    OPTIMIZERS,
-    RESIDUAL_ROI_MARGIN,
-    EpisodeBuffer,
-    PolicyBidder,
-    SACAgent,
-    SACConfig,
-    last_quarter,
-)
+from training.rl.sac import OPTIMIZERS, SACAgent
 
 
 def test_policy_ratios_stay_in_range_and_log_density_integrates_to_one():
@@ -190,14 +185,14 @@ def test_config_and_validation_split():
     assert resolved("sc", algo="cbrl", roi_margin=0.1, start_at_controller=False) == (True, 0.1, False)
     assert resolved("mc", algo="hard", residual=True) == (True, 0.05, False)
     assert SACConfig(algo="cbrl").roi_margin is None  # unresolved until the setting is known
-    # Model selection's noise streams: 5 for CBRL in SC (session 20), else 1; a choice given is kept, 0 is refused.
+    # Model selection's noise streams: 5 for CBRL in SC, else 1; a choice given is kept, 0 is refused.
     assert [SACConfig(algo=a).resolve(s).selection_seeds for a in ("cbrl", "crl") for s in ("sc", "mc")] == [5, 1, 1, 1]
     assert SACConfig(algo="cbrl", selection_seeds=2).resolve("sc").selection_seeds == 2
     with pytest.raises(ValueError, match="selection_seeds must be >= 1"):
         SACConfig(algo="cbrl", selection_seeds=0)
 
-    # Bootstrap days and late-epoch selection (the last quarter of the epochs): CBRL in SC since session 32, else off;
-    # a choice given is kept, and under selection_epoch "last" there is no first epoch to select from.
+    # Bootstrap days and late-epoch selection (the last quarter of the epochs): CBRL in SC, else off; a choice given
+    # is kept.
     def late(setting: str, **kwargs) -> tuple:
         config = SACConfig(**kwargs).resolve(setting)
         return config.bootstrap_days, config.select_from
@@ -205,7 +200,6 @@ def test_config_and_validation_split():
     assert late("sc", algo="cbrl") == (True, 18) and last_quarter(24) == 18
     assert late("mc", algo="cbrl") == late("sc", algo="crl") == late("mc", algo="crl") == (False, 0)
     assert [late("sc", algo="cbrl", epochs=e)[1] for e in (1, 2, 3, 4, 8)] == [0, 1, 2, 3, 6]
-    assert late("sc", algo="cbrl", selection_epoch="last") == (True, 0)
     assert late("sc", algo="cbrl", bootstrap_days=False, select_from=0) == (False, 0)
     assert late("mc", algo="cbrl", bootstrap_days=True, select_from=5) == (True, 5)
     assert SACConfig(algo="cbrl").bootstrap_days is None and SACConfig(algo="cbrl").select_from is None
@@ -243,7 +237,7 @@ def test_config_and_validation_split():
 def test_soft_combination_rivals_use_their_rewards(tiny_market):
     from training.replay.dayset import DaySet
     from training.rl.curriculum import LagrangianStage, USCBStage
-    from training.rl.sac import train
+    from training.rl.loop import train
 
     assert isinstance(SACConfig(algo="uscb", uscb_gamma=5.0).curriculum[0], USCBStage)
     assert SACConfig(algo="uscb", uscb_gamma=5.0).curriculum[0].gamma == 5.0
@@ -257,10 +251,10 @@ def test_soft_combination_rivals_use_their_rewards(tiny_market):
 
 
 def test_the_dual_step_reads_the_constraint_the_rewards_hold(tiny_market, monkeypatch):
-    """With an ROI margin the rewards hold each episode to L (1 + margin); the dual step read plain L (a review's
-    finding), chasing another constraint than the reward's."""
+    """With an ROI margin the rewards hold each episode to L (1 + margin), and so does the dual step: on plain L it
+    would chase another constraint than the reward's."""
     from training.replay.dayset import DaySet
-    from training.rl import sac
+    from training.rl import loop
 
     seen = []
 
@@ -268,10 +262,10 @@ def test_the_dual_step_reads_the_constraint_the_rewards_hold(tiny_market, monkey
         seen.append(np.asarray(roi_target, dtype=float).copy())
         return 0.0
 
-    monkeypatch.setattr(sac, "constraint_gap", spy)
+    monkeypatch.setattr(loop, "constraint_gap", spy)
     days = DaySet.load(tiny_market, "train", "mc")
     config = SACConfig(algo="rcpo", epochs=1, updates_per_epoch=2, episodes_per_day=1, hidden=16, roi_margin=0.2)
-    sac.train(config, days)
+    loop.train(config, days)
     assert seen and np.allclose(seen[0], days.registration().roi_target.repeat(1) * 1.2)
 
 
@@ -355,52 +349,12 @@ def test_a_zero_start_residual_policy_bids_its_controller_until_it_learns():
     assert SACConfig(algo="cbrl", start_at_controller=True).start_at_controller
 
 
-def test_the_correction_penalty_holds_a_residual_policy_near_its_controller():
-    """``correction_penalty``: the actor's loss pulls the mean correction toward 0 (the controller's ratio)."""
-    from model.controller import GAIN_FIELDS, ControllerGains
-
-    gains = ControllerGains(initial_ratio=1.2, kp=0.5, ki=0.1, kd=0.3, kp_budget=2.0, ki_budget=0.2)
-    controller = {**{k: getattr(gains, k) for k in GAIN_FIELDS}, "traffic_profile": list(gains.traffic_profile)}
-    log = random_day_log(np.random.default_rng(2), n=3000)
-    registration = Registration.of(roi_target=1.2, budget=400.0, n=4)
-    torch.manual_seed(0)
-    policy = TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=0.3, residual=True)
-    outcome = play(
-        PolicyBidder(policy, stochastic=True, controller=gains), [DayIndex(log)], np.zeros(4, np.int64), registration, 0
-    )
-    buffer = EpisodeBuffer(capacity=4, controller=gains)
-    buffer.add(outcome.history, np.full(4, 500.0))
-    batch = buffer.sample(np.random.default_rng(1), 128, stage_at(6, PAPER_CURRICULUM))
-
-    def mean_correction(weight: float) -> float:
-        torch.manual_seed(5)
-        config = SACConfig(
-            algo="crl", residual=True, controller=controller, hidden=32, seed=3, correction_penalty=weight
-        )
-        agent = SACAgent(config)
-        for _ in range(150):
-            agent.update(batch)
-        with torch.no_grad():
-            mean, _ = agent.actor.distribution(batch.obs)
-        return float(torch.tanh(mean).abs().mean())
-
-    free, held = mean_correction(0.0), mean_correction(5.0)
-    assert held < 0.5 * free, (held, free)
-    with pytest.raises(ValueError, match="correction_penalty needs a residual"):
-        SACConfig(algo="crl", correction_penalty=0.1)
-    with pytest.raises(ValueError, match=">= 0"):
-        SACConfig(algo="cbrl", correction_penalty=-0.1)
-
-
-@pytest.mark.parametrize("belief", ["shared", "ahead"])
-def test_the_critic_target_reads_the_belief_the_config_names_at_the_bootstrap(
-    belief: str, monkeypatch: pytest.MonkeyPatch
-):
-    """``bootstrap_belief``: "shared" bootstraps ``o_{t+n}`` with slot t's z (Eq. 8); "ahead" with a z of
-    ``q(z | tau_{t+n})``, the belief the policy acts on at t + n."""
+def test_the_critic_target_reads_the_z_of_slot_t_at_the_bootstrap(monkeypatch: pytest.MonkeyPatch):
+    """Eq. 8's one task variable per transition: the bootstrap ``o_{t+n}`` reads the ``z`` drawn from
+    ``q(z | tau_t)`` for ``o_t``, not a posterior of its own slot."""
     buffer = _filled_buffer()
     batch = buffer.sample(np.random.default_rng(1), 64, stage_at(6, PAPER_CURRICULUM), n_step=5)
-    agent = SACAgent(SACConfig(algo="cbrl", residual=False, seed=3, hidden=16, bootstrap_belief=belief))
+    agent = SACAgent(SACConfig(algo="cbrl", residual=False, seed=3, hidden=16))
     assert agent.encoder is not None
     latent = agent.config.latent_dim
 
@@ -420,142 +374,5 @@ def test_the_critic_target_reads_the_belief_the_config_names_at_the_bootstrap(
 
     monkeypatch.setattr(agent.critic_target, "forward", recording_target)
     agent.update(batch)
-    expected = batch.next_slot if belief == "ahead" else batch.slot
     assert not torch.equal(batch.next_slot, batch.slot)
-    np.testing.assert_allclose(seen["z"].numpy(), expected.float().view(-1, 1).expand(-1, latent).numpy(), atol=1e-5)
-
-
-def test_bootstrap_belief_is_checked():
-    with pytest.raises(ValueError, match="bootstrap_belief must be one of shared, ahead"):
-        SACConfig(algo="cbrl", bootstrap_belief="later")
-
-
-def _gains_and_controller():
-    from model.controller import GAIN_FIELDS, ControllerGains
-
-    gains = ControllerGains(initial_ratio=1.2, kp=0.5, ki=0.1, kd=0.3, kp_budget=2.0, ki_budget=0.2)
-    return gains, {**{k: getattr(gains, k) for k in GAIN_FIELDS}, "traffic_profile": list(gains.traffic_profile)}
-
-
-def test_a_run_trained_behind_the_shield_keeps_the_band_each_slot_was_played_in():
-    """``train_shielded``: the explorer's bids are its proposals moved into the shield's band, the buffer keeps that
-    band for every slot (recomputed from the finished history, as the shield met it) and hands it out with each
-    transition, for slot ``t`` and for the bootstrap slot."""
-    from model.shield import ShieldConfig
-    from training.bidders.shielded import ShieldedBidder
-    from training.rl.sac import shield_bands
-
-    gains, _ = _gains_and_controller()
-    log = random_day_log(np.random.default_rng(2), n=3000)
-    registration = Registration.of(roi_target=1.2, budget=np.inf, n=4)
-    torch.manual_seed(0)
-    inner = PolicyBidder(
-        TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=1.5, residual=True), stochastic=True, controller=gains
-    )
-    proposals: list[np.ndarray] = []
-    propose = inner.bid
-    inner.bid = lambda history: proposals.append(propose(history)) or proposals[-1]  # type: ignore[method-assign]
-    shielded = ShieldedBidder(inner, gains, ShieldConfig())
-    history = play(shielded, [DayIndex(log)], np.zeros(4, np.int64), registration, 0).history
-    low, high = shield_bands(history, gains, ShieldConfig())
-    proposed = np.stack(proposals, axis=1)
-    np.testing.assert_array_equal(history.ratios, np.clip(proposed, low, high))
-    assert 0 < shielded.acted < shielded.decisions  # steps of 1.5 leave the band now and then, not always
-    buffer = EpisodeBuffer(capacity=4, controller=gains, shield=(gains, ShieldConfig()))
-    buffer.add(history, np.full(4, 500.0))
-    np.testing.assert_array_equal(buffer.band_low, low.astype(np.float32))
-    batch = buffer.sample(np.random.default_rng(1), 64, stage_at(6, PAPER_CURRICULUM), n_step=8)
-    assert batch.band is not None and batch.next_band is not None
-    episode, slot = np.repeat(np.random.default_rng(1).integers(0, 4, 4), 16), batch.slot.numpy()
-    np.testing.assert_array_equal(batch.band[1].numpy(), buffer.band_high[episode, slot])
-    ahead = np.minimum(slot + 8, SLOTS_PER_DAY - 1)
-    np.testing.assert_array_equal(batch.next_band[0].numpy(), buffer.band_low[episode, ahead])
-    assert np.all(batch.ratio.numpy() >= batch.band[0].numpy()) and np.all(batch.ratio.numpy() <= batch.band[1].numpy())
-    plain = EpisodeBuffer(capacity=4, controller=gains)
-    plain.add(history, np.full(4, 500.0))
-    unbanded = plain.sample(np.random.default_rng(1), 64, stage_at(6, PAPER_CURRICULUM))
-    assert unbanded.band is None and unbanded.next_band is None and plain.band_low.size == 0
-
-
-def test_a_band_moves_the_sampled_ratio_and_the_action_the_critics_read():
-    """A sampled ratio outside the band is moved to its edge and the critics read the action of that edge (the one
-    the buffer would hold for it); inside, the action is the sampled one exactly."""
-    policy = TanhGaussianPolicy(N_FEATURES + 1, hidden=16, step=1.0, residual=True)
-    obs = torch.rand(256, N_FEATURES + 1)
-    obs[:, -1] = 0.25  # the controller bids 1.0
-    low, high = torch.full((256,), 0.8), torch.full((256,), 1.25)
-    torch.manual_seed(7)
-    free_ratio, free_action, free_log_prob = policy.sample(obs)
-    torch.manual_seed(7)
-    ratio, action, log_prob = policy.sample(obs, (low, high))
-    torch.testing.assert_close(ratio, torch.clamp(free_ratio, 0.8, 1.25))
-    moved = (free_ratio < 0.8) | (free_ratio > 1.25)
-    assert 0 < int(moved.sum()) < 256
-    torch.testing.assert_close(action[moved], policy.to_action(obs, ratio)[moved])
-    assert torch.equal(action[~moved], free_action[~moved])
-    assert torch.equal(log_prob, free_log_prob)  # the entropy is the proposal's
-
-
-def test_the_actor_of_a_shielded_run_reads_the_critics_inside_the_band():
-    from model.shield import ShieldConfig
-    from training.bidders.shielded import ShieldedBidder
-
-    gains, controller = _gains_and_controller()
-    log = random_day_log(np.random.default_rng(2), n=3000)
-    registration = Registration.of(roi_target=1.2, budget=np.inf, n=4)
-    config = SACConfig(algo="cbrl", controller=controller, hidden=16, seed=3, action_step=1.5, train_shielded=True)
-    agent = SACAgent(config)
-    explorer = ShieldedBidder(PolicyBidder(agent.actor, True, agent.encoder, gains), gains, ShieldConfig())
-    history = play(explorer, [DayIndex(log)], np.zeros(4, np.int64), registration, 0).history
-    buffer = EpisodeBuffer(capacity=4, controller=gains, shield=(gains, ShieldConfig()))
-    buffer.add(history, np.full(4, 500.0))
-    batch = buffer.sample(np.random.default_rng(1), 64, stage_at(6, PAPER_CURRICULUM), n_step=8)
-    assert batch.band is not None
-    read: list[tuple[torch.Tensor, torch.Tensor]] = []
-    critic = agent.critic.forward
-
-    def recording(obs: torch.Tensor, action: torch.Tensor):
-        read.append((obs.detach(), action.detach()))
-        return critic(obs, action)
-
-    agent.critic.forward = recording  # type: ignore[method-assign]
-    agent.update(batch)
-    obs, action = read[-1]  # the actor's read (the critic's own comes first)
-    ratio = agent.actor.base(obs) * torch.exp(agent.actor.step * action)
-    assert torch.all(ratio >= batch.band[0] * (1 - 1e-5)) and torch.all(ratio <= batch.band[1] * (1 + 1e-5))
-
-
-def test_train_shielded_needs_a_residual_run_around_the_pid():
-    with pytest.raises(ValueError, match="train_shielded needs a residual run around the PID"):
-        SACConfig(algo="crl", train_shielded=True)
-    with pytest.raises(ValueError, match="train_shielded needs a residual run around the PID"):
-        SACConfig(algo="cbrl", train_shielded=True, reference_spread=0.2)
-
-
-def test_a_run_trained_behind_the_shield_records_its_band():
-    """The band a ``train_shielded`` run trains behind is recorded when it starts (``SACConfig.resolve``), read back
-    by ``training_band`` (the defaults for a run that predates the record) and used by ``training_shield``; a run
-    trained alone records none, and a band without ``train_shielded`` or an invalid one is refused."""
-    from dataclasses import asdict
-
-    from model.shield import ShieldConfig
-    from training.rl.sac import training_band, training_shield
-
-    gains, controller = _gains_and_controller()
-    config = SACConfig(algo="cbrl", controller=controller, hidden=16, train_shielded=True).resolve("sc")
-    assert config.train_shield == asdict(ShieldConfig())
-    alone = SACConfig(algo="cbrl", controller=controller, hidden=16).resolve("sc")
-    assert alone.train_shield is None and training_band(alone.to_dict()) is None
-    narrow = {**asdict(ShieldConfig()), "wide": 0.4}
-    kept = SACConfig(algo="cbrl", controller=controller, hidden=16, train_shielded=True, train_shield=narrow)
-    assert kept.resolve("sc").train_shield == narrow  # a recorded band is kept, not reset to the defaults
-    assert training_band(kept.to_dict()) == ShieldConfig(wide=0.4)
-    assert training_shield(SACAgent(kept)) == (gains, ShieldConfig(wide=0.4))
-    before_the_record = {**kept.to_dict(), "train_shield": None}
-    assert training_band(before_the_record) == ShieldConfig()
-    with pytest.raises(ValueError, match="train_shield is the band of a train_shielded run"):
-        SACConfig(algo="cbrl", controller=controller, train_shield=narrow)
-    with pytest.raises(ValueError, match="train_shield is not a shield band"):
-        SACConfig(algo="cbrl", controller=controller, train_shielded=True, train_shield={"wide": 0.1, "tight": 0.5})
-    with pytest.raises(ValueError, match="train_shield is not a shield band"):
-        SACConfig(algo="cbrl", controller=controller, train_shielded=True, train_shield={"nonsense": 1.0})
+    np.testing.assert_allclose(seen["z"].numpy(), batch.slot.float().view(-1, 1).expand(-1, latent).numpy(), atol=1e-5)

@@ -7,8 +7,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from model.shield import ShieldConfig
 from rcb.cli import app
 from training.market.generator import config_with, generate_market
 
@@ -68,7 +67,7 @@ def test_refuses_to_overwrite_and_resumes(run: Path, market: Path):
     wrong = runner.invoke(app, ["train", "--data", str(market), "--setting", "mc", "--out", str(run), "--resume"])
     assert wrong.exit_code == 2 and "cannot be resumed" in wrong.output
     residual = runner.invoke(app, [*args, "--epochs", "4", "--resume", "--residual"])
-    assert residual.exit_code == 2 and "--residual choice it was started with" in residual.output
+    assert residual.exit_code == 2 and "residual False, not True" in " ".join(residual.output.split())
 
 
 def test_a_residual_run_keeps_the_pid_it_corrects(market: Path, tmp_path: Path):
@@ -136,14 +135,56 @@ def test_unknown_algo_is_a_clear_error(market: Path, tmp_path: Path):
     assert not (tmp_path / "x").exists()
 
 
-def test_the_clis_choices_are_the_trainers():
-    """``rcb train``'s torch-free choice lists name exactly what training accepts."""
-    from rcb.commands.train import Algo, ReferenceChoice, SelectionDaysChoice, SelectionEpochChoice
-    from training.rl.runs import ALGOS
-    from training.rl.sac import REFERENCES, SELECTION_DAYS, SELECTION_EPOCHS
+def test_the_clis_options_are_the_configs_fields():
+    """``rcb train``'s options are SACConfig's fields (all but those marked ``option: False``): each one's help is
+    its field's docstring, its choices the config module's, and the options that are no config field are the
+    command's own."""
+    from dataclasses import fields
 
-    assert tuple(Algo) == ALGOS and tuple(ReferenceChoice) == REFERENCES
-    assert tuple(SelectionDaysChoice) == SELECTION_DAYS and tuple(SelectionEpochChoice) == SELECTION_EPOCHS
+    import typer
+
+    from rcb.commands.train import CONFIG_OPTIONS, field_docs, help_text
+    from training.rl.config import ALGOS, SACConfig
+
+    command = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
+    params = {p.name: p for p in command.params}
+    assert set(CONFIG_OPTIONS) == {f.name for f in fields(SACConfig)} - {"controller", "curriculum"}
+    assert set(params) == {*CONFIG_OPTIONS, "data", "setting", "out", "keep_epochs", "resume", "skip_done", "as_json"}
+    docs = field_docs(SACConfig)
+    for name in CONFIG_OPTIONS:
+        assert params[name].opts[0] == "--" + name.replace("_", "-"), name
+        assert params[name].help == help_text(docs[name]) and len(params[name].help) > 20, name
+    assert params["algo"].default == "cbrl" and params["epochs"].default == SACConfig().epochs
+    assert "--no-residual" in params["residual"].secondary_opts and params["residual"].default is None
+    assert (params["n_step"].min, params["n_step"].max) == (1, 48)
+    refused = runner.invoke(app, ["train", "--data", ".", "--setting", "sc", "--out", "x", "--algo", "nope"])
+    said = " ".join(refused.output.replace("│", " ").split())
+    assert f"'nope' is not one of {', '.join(map(repr, ALGOS))}" in said  # the config module's choices
+    # the docstring's markup is plain text in the help, another option's field named by its option
+    assert help_text("``n_step`` (:func:`training.rl.config.last_quarter`, :attr:`controller`)") == (
+        "--n-step (last_quarter, controller)"
+    )
+
+
+def test_help_needs_no_torch():
+    """``rcb train --help`` (and ``rcb --help``) run where torch cannot be imported: the options come from the
+    torch-free config module."""
+    repo = Path(__file__).resolve().parents[1]
+    script = (
+        "import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+        "from rcb.cli import app\n"
+        "app(['train', '--help'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--n-step" in done.stdout and "--selection-seeds" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_a_run_is_an_evaluate_method(run: Path, market: Path, tmp_path: Path):
@@ -314,12 +355,117 @@ def test_skip_done_keeps_a_finished_run_of_this_config_and_refuses_another(marke
     resumed = runner.invoke(app, [*args, "--updates-per-epoch", "5", "--n-step", "4", "--resume"])
     assert resumed.exit_code == 2 and "resuming it trains nothing" in " ".join(resumed.output.split())
     assert (out / "run.json").read_bytes() == recorded
-    # A run recorded before an option existed reads as what runs did then (here: no correction penalty).
+    # A run recorded before the schema was numbered, with the options this version dropped at the values whose
+    # behaviour it keeps (as every such run of the default config recorded them), is this very config.
     body = json.loads(recorded)
-    del body["config"]["correction_penalty"]
+    del body["schema"]
+    body["format"] = "rcb-run/1"
+    body["config"].update(REMOVED_AT_THEIR_DEFAULTS)
+    for epoch in body["history"]:
+        epoch["shield_acted_share"] = None
     (out / "run.json").write_text(json.dumps(body))
     kept = runner.invoke(app, [*args, "--updates-per-epoch", "5", "--skip-done", "--json"])
     assert kept.exit_code == 0 and json.loads(kept.output.splitlines()[-1])["already_done"] is True, kept.output
+
+
+REMOVED_AT_THEIR_DEFAULTS = {
+    "regime_spread": 0.0,
+    "reference_spread": 0.0,
+    "bootstrap_belief": "shared",
+    "train_shielded": False,
+    "selection_days": "all",
+    "selection_epoch": "best",
+    "reference": "pid",
+    "correction_penalty": 0.0,
+}
+"""What a run of the default config recorded for the options this version no longer has."""
+REMOVED_IN_USE = {
+    "regime_spread": (0.2, "--regime-spread 0.2"),
+    "reference_spread": (0.4, "--reference-spread 0.4"),
+    "bootstrap_belief": ("ahead", "--bootstrap-belief ahead"),
+    "train_shielded": (True, "--train-shielded"),
+    "selection_days": ("home", "--selection-days home"),
+    "selection_epoch": ("last", "--selection-epoch last"),
+    "reference": ("plan", "--reference plan"),
+    "correction_penalty": (0.5, "--correction-penalty 0.5"),
+}
+"""Each removed option at a value whose behaviour this version does not have, and how a refusal names it."""
+
+
+def test_a_record_from_before_a_field_existed_reads_as_runs_did_then(market: Path, tmp_path: Path):
+    """A run.json without the schema number and without fields added later (one-step targets, one selection stream,
+    the actor on the critics' minimum) reads with the values runs had then, not with today's defaults: a resume
+    continues with them, records them and the schema, and ``--skip-done`` with today's defaults names the
+    difference."""
+    from training.rl.run_schema import SCHEMA, migrate, read_record
+
+    out = tmp_path / "old"
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "crl", "--updates-per-epoch", "5"]
+    assert runner.invoke(app, [*args, "--epochs", "1", "--out", str(out)]).exit_code == 0
+    body = json.loads((out / "run.json").read_text())
+    assert body["schema"] == SCHEMA and body["format"] == "rcb-run"
+    for key in ("n_step", "selection_seeds", "actor_mean_q"):
+        del body["config"][key]
+    del body["schema"]
+    (out / "run.json").write_text(json.dumps(body))
+    config = read_record(out)["config"]
+    assert (config["n_step"], config["selection_seeds"], config["actor_mean_q"]) == (1, 1, False)
+    assert migrate(migrate(body, out), out) == migrate(body, out)  # idempotent
+    resumed = runner.invoke(app, [*args, "--epochs", "2", "--resume", "--out", str(out)])
+    assert resumed.exit_code == 0, resumed.output
+    grown = json.loads((out / "run.json").read_text())
+    assert grown["schema"] == SCHEMA and len(grown["history"]) == 2
+    assert (grown["config"]["n_step"], grown["config"]["selection_seeds"], grown["config"]["actor_mean_q"]) == (
+        1,
+        1,
+        False,
+    )
+    today = runner.invoke(app, [*args, "--epochs", "2", "--skip-done", "--out", str(out)])
+    said = " ".join(today.output.split())
+    assert today.exit_code == 2 and "n_step 1, not 8" in said and "actor_mean_q False, not True" in said
+
+
+def test_a_run_that_used_a_removed_option_is_refused_naming_it(market: Path, tmp_path: Path):
+    """A run trained with an option this version no longer has, at a value whose behaviour it does not keep, is
+    refused on one line naming the option wherever it is read (resume, --skip-done, evaluation, export's loading,
+    fine-tuning, rcb reselect); at the kept value the option is dropped; a newer schema or an unknown field is
+    refused too."""
+    from training.rl.run_schema import RunError, migrate
+    from training.rl.runs import load_best, load_run_bidder, run_body
+
+    source = tmp_path / "source"
+    args = ["train", "--data", str(market), "--setting", "sc", "--algo", "crl", "--updates-per-epoch", "5"]
+    assert runner.invoke(app, [*args, "--epochs", "1", "--keep-epochs", "--out", str(source)]).exit_code == 0
+    body = json.loads((source / "run.json").read_text())
+    for key, (value, option) in REMOVED_IN_USE.items():
+        said = f"x was trained with {option}, which this version of rcb does not support; retrain it"
+        with pytest.raises(RunError) as refused:
+            migrate({**body, "config": {**body["config"], key: value}}, "x")
+        assert str(refused.value) == said
+        kept = migrate({**body, "config": {**body["config"], key: REMOVED_AT_THEIR_DEFAULTS[key]}}, "x")
+        assert key not in kept["config"] and kept["config"] == migrate(body, "x")["config"]
+    used = tmp_path / "shielded"
+    shutil.copytree(source, used)
+    (used / "run.json").write_text(json.dumps({**body, "config": {**body["config"], "train_shielded": True}}))
+    said = f"{used} was trained with --train-shielded, which this version of rcb does not support; retrain it"
+    for read in (run_body, load_best, load_run_bidder):
+        with pytest.raises(RunError, match=re.escape(said)):
+            read(used)
+    for command in (
+        [*args, "--epochs", "2", "--resume", "--out", str(used)],
+        [*args, "--epochs", "1", "--skip-done", "--out", str(used)],
+        [*args, "--epochs", "1", "--init-from", str(used), "--out", str(tmp_path / "tuned")],
+        ["reselect", str(used), "--out", str(tmp_path / "reselected")],
+        ["evaluate", str(market), "--setting", "sc", "--methods", str(used), "--out", str(tmp_path / "ev")],
+    ):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), (command, result.output)
+        assert "Traceback" not in result.output
+    assert not any((tmp_path / name).exists() for name in ("tuned", "reselected"))
+    with pytest.raises(RunError, match="another version of rcb"):
+        migrate({**body, "schema": 99}, "x")
+    with pytest.raises(RunError, match="does not know"):
+        migrate({**body, "config": {**body["config"], "warp_factor": 9}}, "x")
 
 
 def test_skip_done_matches_a_residual_run_whose_controller_was_tuned_at_run_time(market: Path, tmp_path: Path):
@@ -393,7 +539,8 @@ def test_scripts_snapshot_members_builds_once_and_rebuilds_a_changed_run(market:
 def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
     from training.market.dataset import Market
     from training.replay.dayset import DaySet
-    from training.rl.sac import SACConfig, random_policy_score, train
+    from training.rl.config import SACConfig
+    from training.rl.loop import random_policy_score, train
 
     # Four train days of 40k impressions: a 6k-impression day has too few conversions to learn from.
     root = tmp_path / "market"
@@ -407,20 +554,18 @@ def test_a_short_training_run_beats_a_random_policy(tmp_path: Path):
 
 
 def test_help_shows_sacconfig_defaults():
-    """The rival knobs default to SACConfig's own values, and --help shows them (not a swallowed placeholder)."""
-    from rcb.commands.train import sac_defaults
-    from training.rl.sac import SACConfig
+    """The options default to SACConfig's own values, and --help shows them (not a swallowed placeholder)."""
+    from training.rl.config import SACConfig
 
     config = SACConfig()
-    for name in ("epochs", "updates_per_epoch", "uscb_gamma", "rcpo_learning_rate"):
-        assert sac_defaults()[name] == getattr(config, name), name
     result = runner.invoke(app, ["train", "--help"], terminal_width=200)
     assert result.exit_code == 0
     text = " ".join(result.stdout.replace("│", " ").split())
-    assert re.search(rf"Training epochs\..{{0,40}}\[default: {config.epochs}\]", text)  # rich may wrap the cell
+    assert re.search(rf"Training epochs;.{{0,80}}\[default: {config.epochs}\]", text)  # rich may wrap the cell
     # The residual choice and its margin depend on the algo: the help says so instead of a fixed default.
-    assert "Default: residual for cbrl, not for the rivals." in text and "[default: None]" not in text
+    assert "Default: residual for cbrl" in text and "[default: None]" not in text
     assert f"[default: {config.updates_per_epoch}]" in text and f"[default: {config.uscb_gamma}]" in text
+    assert "[default: cbrl]" in text and "[default: 4000,8000,12000]" in text
 
 
 def test_start_at_controller_makes_the_controller_the_first_candidate_of_model_selection(market: Path, tmp_path: Path):
@@ -428,8 +573,8 @@ def test_start_at_controller_makes_the_controller_the_first_candidate_of_model_s
     before epoch 0; best.pt holds a trained epoch only where one beat it, and a resume keeps the choice."""
     from training.market.dataset import Market
     from training.replay.dayset import DaySet, split_validation
+    from training.rl.loop import play_days, score
     from training.rl.runs import load_best
-    from training.rl.sac import play_days, score
 
     out = tmp_path / "from-pid"
     args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "cbrl"]
@@ -468,7 +613,7 @@ def test_validation_fold_holds_out_other_days(market: Path, tmp_path: Path):
     from training.bidders.pid import PID
     from training.market.dataset import Market
     from training.replay.dayset import DaySet, split_validation
-    from training.rl.sac import play_days, score
+    from training.rl.loop import play_days, score
 
     out = tmp_path / "fold-1"
     args = sc_cbrl(market)
@@ -486,7 +631,7 @@ def test_validation_fold_holds_out_other_days(market: Path, tmp_path: Path):
     assert body["controller_validation_score"] == pytest.approx(score(outcome, days, fold_1), abs=1e-9)
     # A resume keeps the fold it started with; another one is refused (its epochs were selected on fold 1's days).
     other = runner.invoke(app, [*args, "--out", str(out), "--epochs", "2", "--resume", "--validation-fold", "2"])
-    assert other.exit_code == 2 and "resume it with --validation-fold 1" in other.output
+    assert other.exit_code == 2 and "validation_fold 1, not 2" in " ".join(other.output.split())
     assert len(json.loads((out / "run.json").read_text())["history"]) == 1
     bad = runner.invoke(app, [*args, "--out", str(tmp_path / "fold-9"), "--validation-fold", "9"])
     assert bad.exit_code == 2 and "validation_fold must be in 0..4" in bad.output
@@ -500,7 +645,7 @@ def test_pooled_markets_train_one_run_around_the_home_markets_pid(market: Path, 
     from training.bidders.pid import PID
     from training.market.dataset import Market
     from training.replay.dayset import DaySet, split_validation
-    from training.rl.sac import play_days, score
+    from training.rl.loop import play_days, score
 
     other = tmp_path / "other-market"
     generate_market(other, config_with(days_id=6, days_ood=0, impressions_per_day=5000, seed=9), workers=1)
@@ -570,31 +715,6 @@ def test_pooled_markets_train_one_run_around_the_home_markets_pid(market: Path, 
     assert copied.exit_code == 2 and "hold the same train days" in copied.output
 
 
-def test_pooled_run_selected_on_the_home_markets_days_alone(market: Path, tmp_path: Path):
-    """``--selection-days home``: a pooled run's model selection reads the home market's fold alone, the days a
-    run on that market alone reads, so both score their shared controller identically there; a bad choice is a
-    clear error, and a run cannot be resumed under the other choice."""
-    other = tmp_path / "other-market"
-    generate_market(other, config_with(days_id=6, days_ood=0, impressions_per_day=5000, seed=9), workers=1)
-    args = ["train", "--setting", "sc", "--algo", "cbrl", "--updates-per-epoch", "5", "--epochs", "1", "--json"]
-    alone, home, everywhere = tmp_path / "alone", tmp_path / "home", tmp_path / "all"
-    pooled = ["--data", str(market), "--data", str(other)]
-    assert runner.invoke(app, [*args, "--data", str(market), "--out", str(alone)]).exit_code == 0
-    result = runner.invoke(app, [*args, *pooled, "--selection-days", "home", "--out", str(home)])
-    assert result.exit_code == 0, result.output
-    assert runner.invoke(app, [*args, *pooled, "--out", str(everywhere)]).exit_code == 0
-    single, by_home, by_all = (json.loads((d / "run.json").read_text()) for d in (alone, home, everywhere))
-    assert by_home["config"]["selection_days"] == "home" and by_all["config"]["selection_days"] == "all"
-    assert by_home["controller_validation_score"] == pytest.approx(single["controller_validation_score"], abs=1e-12)
-    assert by_all["controller_validation_score"] != pytest.approx(single["controller_validation_score"], abs=1e-6)
-    bad = runner.invoke(app, [*args, *pooled, "--selection-days", "away", "--out", str(tmp_path / "bad")])
-    said = " ".join(bad.output.replace("│", " ").split())
-    assert bad.exit_code == 2 and "'away' is not one of 'all', 'home'" in said
-    assert not (tmp_path / "bad").exists()
-    resumed = runner.invoke(app, [*args, *pooled, "--resume", "--selection-days", "all", "--out", str(home)])
-    assert resumed.exit_code == 2 and "--selection-days home" in resumed.output
-
-
 def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path, tmp_path: Path):
     """``--selection-seeds K``: each epoch's validation score is the mean of the policy played with seeds 0..K-1;
     seed 0's is the score a one-stream run records (selection plays no part in training), the choice is
@@ -617,7 +737,7 @@ def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path,
     resumed = runner.invoke(app, [*args, "--resume", "--out", str(three)])
     assert resumed.exit_code == 0, resumed.output  # the recorded choice is kept when not given
     refused = runner.invoke(app, [*args, "--resume", "--selection-seeds", "2", "--out", str(three)])
-    assert refused.exit_code == 2 and "--selection-seeds 3" in refused.output
+    assert refused.exit_code == 2 and "selection_seeds 3, not 2" in " ".join(refused.output.split())
     zero = runner.invoke(app, [*args, "--selection-seeds", "0", "--out", str(tmp_path / "zero")])
     assert zero.exit_code == 2 and not (tmp_path / "zero").exists()
     # A rival has no posterior to sample: its streams play the same episodes (why its default is one).
@@ -626,65 +746,6 @@ def test_selection_seeds_score_each_epoch_on_several_noise_streams(market: Path,
     assert runner.invoke(app, crl).exit_code == 0
     for h in json.loads((rival / "run.json").read_text())["history"]:
         assert h["validation_scores"][0] == h["validation_scores"][1]
-
-
-def test_selection_epoch_last_keeps_the_last_epoch_whatever_validation_says(market: Path, tmp_path: Path):
-    """``--selection-epoch last``: best.pt holds the last epoch's actor and encoder (the checkpoint's), the run records
-    that epoch's validation score as its kept one and keeps the validation argmax beside (validation-best.pt),
-    training is the same run as under ``best`` (selection plays no part in it), a resume keeps the choice and grows
-    best.pt with the epochs added, and a bad choice is refused."""
-    import torch
-
-    from training.rl.runs import load_best
-
-    args = [*sc_cbrl(market), "--select-from", "0"]  # the plain argmax (SC CBRL defaults to the last quarter)
-    by_best, by_last = tmp_path / "best", tmp_path / "last"
-    assert runner.invoke(app, [*args, "--epochs", "3", "--json", "--out", str(by_best)]).exit_code == 0
-    result = runner.invoke(app, [*args, "--epochs", "3", "--json", "--selection-epoch", "last", "--out", str(by_last)])
-    assert result.exit_code == 0, result.output
-    best_body, last_body = (json.loads((d / "run.json").read_text()) for d in (by_best, by_last))
-    assert best_body["config"]["selection_epoch"] == "best" and last_body["config"]["selection_epoch"] == "last"
-    assert [h["validation_scores"] for h in best_body["history"]] == [
-        h["validation_scores"] for h in last_body["history"]
-    ]
-    assert last_body["best_validation_score"] == last_body["history"][-1]["validation_score"]
-    saved, _ = load_best(by_last)
-    assert saved["epoch"] == 2
-    checkpoint = torch.load(by_last / "checkpoint.pt", weights_only=False)
-    for part in ("actor", "encoder"):
-        for name, tensor in checkpoint[part].items():
-            assert torch.equal(saved[part][name], tensor), (part, name)
-    # Under "best" the kept epoch is the validation argmax (the controller is candidate -1); on this market it is
-    # not the last one, so the two choices keep different models.
-    scores = [best_body["controller_validation_score"], *(h["validation_score"] for h in best_body["history"])]
-    assert load_best(by_best)[0]["epoch"] == int(np.argmax(scores)) - 1 != 2
-    # ... which the "last" run keeps beside its own, the same weights (selection does not touch training).
-    assert not (by_best / "validation-best.pt").exists()
-    beside = torch.load(by_last / "validation-best.pt", weights_only=False)
-    assert beside["epoch"] == load_best(by_best)[0]["epoch"]
-    for name, tensor in load_best(by_best)[0]["actor"].items():
-        assert torch.equal(beside["actor"][name], tensor), name
-    resumed = runner.invoke(app, [*args, "--epochs", "4", "--json", "--resume", "--out", str(by_last)])
-    assert resumed.exit_code == 0, resumed.output
-    assert load_best(by_last)[0]["epoch"] == 3
-    # After a resume: the kept score is still the last epoch's (not the best, not the controller's) and
-    # validation-best.pt still the argmax over every candidate, the controller's start included.
-    for _ in range(2):  # the second resume trains nothing and must record the same
-        grown = json.loads((by_last / "run.json").read_text())
-        assert len(grown["history"]) == 4
-        assert grown["best_validation_score"] == grown["history"][-1]["validation_score"]
-        candidates = [grown["controller_validation_score"], *(h["validation_score"] for h in grown["history"])]
-        kept_beside = torch.load(by_last / "validation-best.pt", weights_only=False)["epoch"]
-        assert kept_beside == int(np.argmax(candidates)) - 1
-        again = runner.invoke(app, [*args, "--epochs", "4", "--resume", "--out", str(by_last)])
-        assert again.exit_code == 0 and "the last epoch's validation score" in again.output, again.output
-    other_choice = ["--epochs", "5", "--resume", "--selection-epoch", "best", "--out", str(by_last)]
-    refused = runner.invoke(app, [*args, *other_choice])
-    assert refused.exit_code == 2 and "--selection-epoch last" in refused.output
-    bad = runner.invoke(app, [*args, "--selection-epoch", "first", "--out", str(tmp_path / "bad")])
-    said = " ".join(bad.output.replace("│", " ").split())
-    assert bad.exit_code == 2 and "'first' is not one of 'best', 'last'" in said
-    assert not (tmp_path / "bad").exists()
 
 
 def test_keep_epochs_saves_every_epochs_model_and_a_resume_keeps_doing_so(market: Path, tmp_path: Path):
@@ -733,91 +794,10 @@ def test_curves_of_a_run_resumed_across_a_new_history_field(tmp_path: Path):
     assert (tmp_path / "curves.png").stat().st_size > 0
 
 
-def test_the_resume_tables_name_real_config_fields():
-    """``training.rl.resume_choices`` names ``SACConfig`` fields, and ``rcb train --resume`` fills every one of them."""
-    from dataclasses import fields
-
-    from rcb.commands.train import RESUMED_CHOICES
-    from training.rl.resume_choices import SELECTION_CHOICES, TRAINING_CHOICES
-    from training.rl.sac import SACConfig
-
-    kept = set(SELECTION_CHOICES) | set(TRAINING_CHOICES)
-    assert kept <= {f.name for f in fields(SACConfig)}
-    assert kept <= set(RESUMED_CHOICES)
-    assert SELECTION_CHOICES["selection_seeds"].recorded({}) == 1  # a run from before the option
-    assert SELECTION_CHOICES["selection_days"].recorded({"selection_days": "home"}) == "home"
-
-
-def test_a_run_can_correct_the_planner_each_train_day_planned_without_itself(
-    market: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    """``--reference plan``: the residual policy corrects the planner tuned on the train days (rcb evaluate's plan
-    tuning), which plays each train day leave-one-out, in what the policy reads when it acts and in what the replay
-    buffer keeps (the reference a fresh leave-one-out planner makes of the same episodes); the untrained policy's
-    validation score is the ``plan`` baseline's leave-one-out score on those days. Scored on test days it plays; on
-    its own market's validation days, exported, without --residual, resumed against the PID or pooled, it is
-    refused."""
-    from model.contract import RATIO_MAX
-    from model.planner import PlanReference
-    from training.bidders.planner import Planner, scenarios_of, without_own_days
-    from training.market.dataset import Market
-    from training.replay.dayset import DaySet, split_validation
-    from training.rl import sac
-    from training.rl.sac import play_days, score
-
-    kept: list[tuple[object, np.ndarray]] = []
-    add = sac.EpisodeBuffer.add
-
-    def keeping(self, history, oracle, controller=None):  # a spy on the buffer: store, then keep what it stored
-        add(self, history, oracle, controller)
-        kept.append((history.until(history.slot), self.obs[: history.n, :, -1].copy()))
-
-    monkeypatch.setattr(sac.EpisodeBuffer, "add", keeping)
-    out = tmp_path / "from-plan"
-    args = ["train", "--data", str(market), "--setting", "sc", "--out", str(out), "--algo", "cbrl"]
-    args += ["--updates-per-epoch", "5", "--selection-seeds", "1", "--reference", "plan"]
-    result = runner.invoke(app, [*args, "--epochs", "1", "--json"])
-    assert result.exit_code == 0, result.output
-    body = json.loads((out / "run.json").read_text())
-    controller = body["config"]["controller"]
-    assert body["config"]["reference"] == "plan" and controller["kind"] == "plan"
-    assert controller["market"] == str(market.resolve())
-    days = DaySet.load(Market.open(market), "train", "sc")
-    _, validation_days = split_validation(days, body["config"]["validation_fraction"])
-    tuned = Planner(scenarios_of(days), controller["margin"], controller["cost_sd"])
-    outcome, _ = play_days(without_own_days(tuned, validation_days), days, validation_days, 1, seed=0)
-    assert body["controller_validation_score"] == pytest.approx(score(outcome, days, validation_days), abs=1e-9)
-    ((history, stored),) = kept  # one epoch: one batch of episodes, each train day episodes_per_day times
-    train_days, _ = split_validation(days, body["config"]["validation_fraction"])
-    rows = np.tile(train_days, body["config"]["episodes_per_day"])
-    fresh = PlanReference(tuned.scenarios, tuned.margin, tuned.cost_sd).excluding(rows).sequence(history)
-    assert np.array_equal(stored, np.clip(fresh / RATIO_MAX, 0, 1).astype(np.float32))
-    in_sample = PlanReference(tuned.scenarios, tuned.margin, tuned.cost_sd).sequence(history)
-    assert not np.array_equal(stored, np.clip(in_sample / RATIO_MAX, 0, 1).astype(np.float32))
-
-    evaluated = tmp_path / "eval"
-    common = ["--methods", f"{out},plan", "--seeds", "1", "--setting", "sc", "--json"]
-    result = runner.invoke(app, ["evaluate", str(market), "--split", "test", *common, "--out", str(evaluated)])
-    assert result.exit_code == 0, result.output
-    refused = runner.invoke(app, ["evaluate", str(market), "--split", "validation", *common, "--out", str(evaluated)])
-    assert refused.exit_code != 0 and "corrects a planner whose scenarios are this market's train" in refused.output
-    refused = runner.invoke(app, ["export", "--run", str(out), "--out", str(tmp_path / "model")])
-    assert refused.exit_code != 0 and "cannot carry a planner reference yet" in refused.output
-    refused = runner.invoke(app, [*args, "--epochs", "2", "--resume", "--reference", "pid"])
-    assert refused.exit_code != 0 and "resume it with --reference plan" in refused.output
-    elsewhere = [*args[:6], str(tmp_path / "x"), *args[7:]]
-    refused = runner.invoke(app, [*elsewhere, "--no-residual"])
-    assert refused.exit_code != 0 and "needs a residual run" in refused.output
-    other = tmp_path / "other-market"
-    generate_market(other, config_with(days_id=8, days_ood=0, impressions_per_day=3000, seed=9), workers=1)
-    refused = runner.invoke(app, [*elsewhere, "--data", str(other)])
-    assert refused.exit_code != 0 and "--reference plan trains on one market" in refused.output
-
-
 def test_select_from_keeps_the_best_epoch_from_there_on_and_the_argmax_beside(market: Path, tmp_path: Path):
     """``--select-from N``: best.pt holds the validation argmax among epochs >= N (not the controller, not an
     earlier epoch), the run records that epoch's score, validation-best.pt holds the plain argmax; the same
-    training as without it; kept on resume; refused past the last epoch and with ``--selection-epoch last``."""
+    training as without it; kept on resume; refused past the last epoch."""
     from training.rl.epoch_selection import kept_epoch, run_scores
     from training.rl.runs import VALIDATION_BEST_FILE, load_best
 
@@ -843,14 +823,12 @@ def test_select_from_keeps_the_best_epoch_from_there_on_and_the_argmax_beside(ma
     resumed = runner.invoke(app, [*args, "--epochs", "5", "--json", "--resume", "--out", str(late)])
     assert resumed.exit_code == 0, resumed.output
     grown = json.loads((late / "run.json").read_text())
-    assert load_best(late)[0]["epoch"] == kept_epoch(run_scores(grown), "best", 2) >= 2
+    assert load_best(late)[0]["epoch"] == kept_epoch(run_scores(grown), 2) >= 2
     refused = runner.invoke(app, [*args, "--epochs", "6", "--resume", "--select-from", "0", "--out", str(late)])
-    assert refused.exit_code == 2 and "--select-from 2" in refused.output
+    assert refused.exit_code == 2 and "select_from 2, not 0" in " ".join(refused.output.split())
     past = runner.invoke(app, [*args, "--epochs", "3", "--select-from", "3", "--out", str(tmp_path / "past")])
     assert past.exit_code == 2 and "select_from must be in 0..2" in past.output
-    with_last = ["--epochs", "3", "--select-from", "1", "--selection-epoch", "last", "--out", str(tmp_path / "wl")]
-    refused_last = runner.invoke(app, [*args, *with_last])
-    assert refused_last.exit_code == 2 and "applies to selection_epoch 'best'" in refused_last.output
+    assert not (plain / VALIDATION_BEST_FILE).exists()  # nothing beside a run that keeps the plain argmax
 
 
 def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_path: Path):
@@ -871,8 +849,8 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
     rules = (
         ("best", []),
         ("from2", ["--select-from", "2"]),
-        ("last", ["--selection-epoch", "last"]),
-        ("e1", ["--epoch", "1"]),  # by hand: a snapshot ensemble's member
+        ("e3", ["--epoch", "3"]),  # by hand: a snapshot ensemble's member
+        ("e1", ["--epoch", "1"]),
         ("e-1", ["--epoch", "-1"]),  # the untrained controller
     )
     for rule, options in rules:
@@ -880,7 +858,7 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
         said = runner.invoke(app, ["reselect", str(run_dir), "--out", str(out), "--json", *options])
         assert said.exit_code == 0, said.output
         summary = json.loads(said.output)
-        wanted = {"best": kept_epoch(scores), "from2": kept_epoch(scores, "best", 2), "last": 3, "e1": 1, "e-1": -1}
+        wanted = {"best": kept_epoch(scores), "from2": kept_epoch(scores, 2), "e3": 3, "e1": 1, "e-1": -1}
         wanted = wanted[rule]
         assert summary["epoch"] == wanted and summary["validation_score"] == scores[wanted]
         saved, new = load_best(out)
@@ -893,16 +871,15 @@ def test_reselect_keeps_another_epoch_of_a_keep_epochs_run(market: Path, tmp_pat
         assert new["history"] == body["history"] and new["data_fingerprint"] == body["data_fingerprint"]
     assert load_best(tmp_path / "best")[0]["epoch"] == load_best(run_dir)[0]["epoch"]  # training's own choice
     assert json.loads((tmp_path / "from2").joinpath("run.json").read_text())["config"]["select_from"] == 2
-    assert json.loads((tmp_path / "last").joinpath("run.json").read_text())["config"]["selection_epoch"] == "last"
     by_hand = json.loads((tmp_path / "e1").joinpath("run.json").read_text())
     assert by_hand["reselected_epoch"] == 1 and by_hand["config"] == body["config"]  # the run's own rule, unchanged
-    assert "reselected_epoch" not in json.loads((tmp_path / "last").joinpath("run.json").read_text())
-    methods = f"{tmp_path / 'from2'},ensemble:pair={tmp_path}/[bl][ae]s*"  # from2 alone; best and last as one
+    assert "reselected_epoch" not in json.loads((tmp_path / "from2").joinpath("run.json").read_text())
+    methods = f"{tmp_path / 'from2'},ensemble:pair={tmp_path}/[be][e3]*"  # from2 alone; best and e3 as one
     evaluation = ["evaluate", str(market), "--setting", "sc", "--methods", methods, "--out", str(tmp_path / "ev")]
     evaluated = runner.invoke(app, [*evaluation, "--json"])
     assert evaluated.exit_code == 0, evaluated.output
     tuned = json.loads((tmp_path / "ev" / "meta.json").read_text())["tuned"]
-    assert tuned[str(tmp_path / "from2")]["kept_epoch"] == kept_epoch(scores, "best", 2)  # which epoch played
+    assert tuned[str(tmp_path / "from2")]["kept_epoch"] == kept_epoch(scores, 2)  # which epoch played
     assert tuned["ensemble:pair"]["kept_epoch"] == [kept_epoch(scores), 3]
     # Refusals.
     plain = tmp_path / "plain"
@@ -968,7 +945,8 @@ def test_a_crash_between_an_epochs_writes_resumes_to_the_files_an_uninterrupted_
 
     killed = tmp_path / "killed-before-best"
     monkeypatch.setattr(train_module, "_atomic_save", crash_at_best_pt)
-    options = ["--epochs", "2", "--selection-epoch", "last", "--keep-epochs", "--json", "--out", str(killed)]
+    options = ["--epochs", "2", "--select-from", "1", "--no-start-at-controller", "--keep-epochs", "--json"]
+    options += ["--out", str(killed)]  # epoch 1 is the first candidate: its best.pt is written, whatever its score
     with pytest.raises(_Crash):
         runner.invoke(app, [*args, *options], catch_exceptions=False)
     monkeypatch.setattr(train_module, "_atomic_save", save)
@@ -1056,7 +1034,8 @@ def test_sc_cbrl_defaults_hold_across_resume_and_skip_done(market: Path, tmp_pat
     other = runner.invoke(app, [*base, "--epochs", "3", "--skip-done", "--select-from", "2"])
     assert other.exit_code == 2 and "select_from" in other.output
     switched = runner.invoke(app, [*base, "--epochs", "4", "--resume", "--no-bootstrap-days"])
-    assert switched.exit_code == 2 and "resume it with --bootstrap-days" in switched.output, switched.output
+    said = " ".join(switched.output.split())
+    assert switched.exit_code == 2 and "bootstrap_days True, not False" in said, switched.output
 
 
 def test_a_resume_keeps_every_option_not_given_and_refuses_one_that_conflicts(market: Path, tmp_path: Path):
@@ -1175,83 +1154,3 @@ def test_buffer_episodes_is_an_option_kept_on_resume(tmp_path: Path):
     assert body["config"]["buffer_episodes"] == 7 and len(body["history"]) == 2
     other = runner.invoke(app, [*args, "--epochs", "3", "--resume", "--buffer-episodes", "9", "--out", str(out)])
     assert other.exit_code == 2 and "buffer_episodes" in other.output
-
-
-def test_bootstrap_belief_is_for_cbrl_and_kept_on_resume(market: Path, tmp_path: Path):
-    out = tmp_path / "run"
-    args = ["train", "--data", str(market), "--setting", "sc", "--updates-per-epoch", "2", "--selection-seeds", "1"]
-    refused = runner.invoke(app, [*args, "--algo", "crl", "--bootstrap-belief", "ahead", "--out", str(out)])
-    assert refused.exit_code == 2 and "--bootstrap-belief is for cbrl" in refused.output
-    first = runner.invoke(
-        app, [*args, "--algo", "cbrl", "--epochs", "1", "--bootstrap-belief", "ahead", "--out", str(out)]
-    )
-    assert first.exit_code == 0, first.output
-    assert json.loads((out / "run.json").read_text())["config"]["bootstrap_belief"] == "ahead"
-    resumed = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "2", "--resume", "--out", str(out)])
-    assert resumed.exit_code == 0, resumed.output
-    assert json.loads((out / "run.json").read_text())["config"]["bootstrap_belief"] == "ahead"
-
-
-@dataclass(frozen=True)
-class _NarrowerDefaults(ShieldConfig):
-    """The shield's defaults as a later version of the code might have them."""
-
-    wide: float = 0.5
-
-
-def test_train_shielded_is_for_residual_runs_and_kept_on_resume(
-    market: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    from model.artifact import read_card
-    from research.shield_calibration import calibrate
-    from training.evaluation.evaluate import EvaluationError, shield_config
-    from training.export.onnx import TRAINED_BEHIND
-    from training.rl import sac
-    from training.rl.runs import RunError, load_ensemble_bidder, load_run_bidder
-
-    out = tmp_path / "run"
-    args = ["train", "--data", str(market), "--setting", "sc", "--updates-per-epoch", "2", "--selection-seeds", "1"]
-    refused = runner.invoke(app, [*args, "--algo", "crl", "--train-shielded", "--out", str(out)])
-    assert refused.exit_code == 2 and "train_shielded needs a residual run" in refused.output
-    first = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "1", "--train-shielded", "--out", str(out)])
-    assert first.exit_code == 0, first.output
-    body = json.loads((out / "run.json").read_text())
-    assert body["config"]["train_shielded"] is True
-    assert 0 <= body["history"][0]["shield_acted_share"] <= 1  # the share of collected bids the shield moved
-    assert body["config"]["train_shield"] == asdict(ShieldConfig())  # the band it started behind, recorded
-    # the code's defaults move after the run started: the resumed run keeps its band, a new run takes the new one
-    monkeypatch.setattr(sac, "ShieldConfig", _NarrowerDefaults)
-    resumed = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "2", "--resume", "--out", str(out)])
-    assert resumed.exit_code == 0, resumed.output
-    config = json.loads((out / "run.json").read_text())["config"]
-    assert config["train_shielded"] is True and config["train_shield"] == asdict(ShieldConfig())
-    fresh = tmp_path / "fresh"
-    started = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "1", "--train-shielded", "--out", str(fresh)])
-    assert started.exit_code == 0, started.output
-    assert json.loads((fresh / "run.json").read_text())["config"]["train_shield"]["wide"] == 0.5
-    # what plays it and what it exports keep its band: rcb evaluate's shield:, the card, and no trust on top
-    bidder, _ = load_run_bidder(fresh)
-    assert shield_config(bidder) == ShieldConfig(wide=0.5)
-    model = tmp_path / "model"
-    exported = runner.invoke(app, ["export", "--run", str(fresh), "--out", str(model), "--json"])
-    assert exported.exit_code == 0, exported.output
-    card = read_card(model)
-    assert card.shield is not None and card.shield.chosen_by == TRAINED_BEHIND
-    assert card.shield_config() == ShieldConfig(wide=0.5) and card.shield.config["wide"] == 0.5
-    with pytest.raises(EvaluationError, match="trained behind the shield"):
-        calibrate(model, market)
-    with pytest.raises(RunError, match="different shield bands"):
-        load_ensemble_bidder([out, fresh])
-    # a shielded run from before the record (no train_shield in run.json) trained behind the defaults of its day:
-    # it is still this config, finished (--skip-done) and resumable, and keeps reading as those defaults
-    monkeypatch.undo()
-    body = json.loads((out / "run.json").read_text())
-    del body["config"]["train_shield"]
-    (out / "run.json").write_text(json.dumps(body))
-    shielded = [*args, "--algo", "cbrl", "--epochs", "2", "--train-shielded", "--select-from", "0", "--skip-done"]
-    shielded += ["--json"]
-    done = runner.invoke(app, [*shielded, "--out", str(out)])
-    assert done.exit_code == 0 and json.loads(done.stdout)["already_done"] is True, done.output
-    grown = runner.invoke(app, [*args, "--algo", "cbrl", "--epochs", "3", "--resume", "--out", str(out)])
-    assert grown.exit_code == 0, grown.output
-    assert json.loads((out / "run.json").read_text())["config"]["train_shield"] == asdict(ShieldConfig())

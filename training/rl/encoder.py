@@ -22,6 +22,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.contract import SLOTS_PER_DAY
+from model.features import obs_dim
+
+
+def transition_dim(residual: bool) -> int:
+    """``(o_i, a_i, o_{i+1})``: the width of what the posterior encoder reads per step."""
+    return 2 * obs_dim(residual) + 1
 
 
 class PosteriorEncoder(nn.Module):

@@ -1,6 +1,6 @@
 """K trained policies as one: the median of their log-ratios, exported as one ordinary artifact.
 
-Training seeds of the same config disagree a lot (RESULTS.md: best validation scores from 0.63 to 0.81
+Training seeds of the same config disagree a lot (best validation scores from 0.63 to 0.81
 across five CBRL MC seeds); a median over K members is robust to a member that runs away or collapses
 on a day it reads wrongly, where a mean would follow it.
 

@@ -100,23 +100,14 @@ class TanhGaussianPolicy(nn.Module):
         base = self.base(observation)
         return torch.clamp(torch.log(torch.clamp(ratio, min=1e-6) / base) / self.step, -1.0, 1.0)
 
-    def sample(
-        self, observation: torch.Tensor, band: tuple[torch.Tensor, torch.Tensor] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A reparameterized ratio, the action the critics see for it (:meth:`critic_action` of ``tanh(u)``) and the
-        log-density of ``tanh(u)`` (see below).
-
-        ``band``: the ``(low, high)`` ratios a safety shield kept this slot's bid within (a run trained behind the
-        shield, ``SACConfig.train_shielded``): the ratio is moved into it, as the shield moved the bid played, so the
-        critics are read at the action that was played for it (zero gradient beyond the band, as at ``RATIO_MAX``).
-        """
+        log-density of ``tanh(u)`` (see below)."""
         mean, log_std = self.distribution(observation)
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         squashed = torch.tanh(u)
         ratio = self.to_ratio(observation, squashed)
-        if band is not None:
-            ratio = torch.minimum(torch.maximum(ratio, band[0]), band[1])
         action = self.critic_action(observation, squashed, ratio)
         # |d ratio / d u| is scale (1 - tanh^2) for absolute actions. For relative ones the density is of
         # the log-ratio change (step (1 - tanh^2)): in ratio space it would grow with the ratio, and the
@@ -131,8 +122,7 @@ class TanhGaussianPolicy(nn.Module):
         return ratio, action, log_prob
 
     def critic_action(self, observation: torch.Tensor, squashed: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
-        """The action the critics see for ``squashed``: itself, unless its ratio was clipped (at ``RATIO_MAX``, or into
-        a shield's band by :meth:`sample`).
+        """The action the critics see for ``squashed``: itself, unless its ratio was clipped (at ``RATIO_MAX``).
 
         The replay buffer keeps ratios, and the critics learn on :meth:`to_action` of them, so every squashed action
         whose ratio clipped is trained as the one action that lands on the bound. Fed the raw squashed action instead,

@@ -3,7 +3,8 @@
 Inputs are per-slot stats of ``n`` episodes, shape ``(n, T)``: ``delivery[:, t]`` and ``cost[:, t]``
 won in slot ``t``; per-episode ``roi_target`` L, ``budget`` B (``inf`` for none) and ``oracle``
 delivery ``D*`` of the day being trained on. Rewards may use the training day's hindsight ``D*``
-(as the paper does, to put days on one scale); observation features never do (SPEC 5).
+(as the paper does, to put days on one scale); observation features never do
+(:mod:`model.features`).
 
 Scale (appendix, "Policy Learning"): delivery is normalized by ``D*`` and constraint violations by
 their limits, so both terms are O(1).
@@ -111,7 +112,7 @@ def curriculum_reward(
 def uscb_reward(
     delivery: np.ndarray, cost: np.ndarray, roi_target: np.ndarray, oracle: np.ndarray, gamma: float
 ) -> np.ndarray:
-    """USCB's soft combination at ``T``: its episode's G-metric score with base ``gamma`` (SPEC 4's formula)."""
+    """USCB's soft combination at ``T``: its episode's G-metric score with base ``gamma`` (docs/metrics.md)."""
     total_d, total_c = delivery.sum(axis=1), cost.sum(axis=1)
     return _terminal(len(total_d), gmetric_scores(total_d, total_c, roi_target, oracle, gamma=gamma))
 

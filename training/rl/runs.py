@@ -1,68 +1,82 @@
-"""`rcb train`: a training run directory — config, checkpoints, learning curves — resumable.
+"""`rcb train`'s run directory: config, checkpoints, learning curves; resumable, and a method for ``rcb evaluate``.
 
 Layout of ``RUN/``:
 
-* ``run.json``: what was trained (market, setting, algo, config, data fingerprint, status);
-* ``validation-best.pt``: under ``--selection-epoch last`` or ``--select-from N`` only, the model the default choice
-  would have kept (the best validation score), in ``best.pt``'s format;
-* ``epochs/epoch-NNN.pt``: under ``--keep-epochs`` only, every epoch's model in ``best.pt``'s format (about 0.2 MB
-  each for CBRL), and ``epochs/controller.pt`` the untrained controller's under ``start_at_controller``, so
-  several selection rules can be read off one run (``rcb reselect``, :mod:`training.rl.epoch_selection`);
+* ``run.json``: what was trained (market, setting, config, data fingerprint, status, per-epoch history), at the
+  schema of :mod:`training.rl.run_schema`, through which every reader goes;
 * ``checkpoint.pt``: the latest state (networks, optimizers, replay-free: collection restarts cleanly) and the
   run's record, written first each epoch so an interrupted write is recovered on resume;
-* ``best.pt``: the actor with the best validation score so far (model selection on held-out train days; from
-  epoch N on under ``--select-from N``), or the latest epoch's under ``--selection-epoch last``;
+* ``best.pt``: the model model selection keeps (:mod:`training.rl.epoch_selection`: the best validation score on
+  held-out train days, from epoch N on under ``--select-from N``);
+* ``validation-best.pt``: under ``--select-from N`` only, the plain validation argmax (what ``--select-from 0``
+  would keep), in ``best.pt``'s format;
+* ``epochs/epoch-NNN.pt``: under ``--keep-epochs`` only, every epoch's model in ``best.pt``'s format (about 0.2 MB
+  each for CBRL), and ``epochs/controller.pt`` the untrained controller's under ``start_at_controller``, so another
+  epoch can be kept afterwards (``rcb reselect``);
 * ``curves.csv`` and ``curves.png``: train and validation score per epoch.
-
-A run directory is a method for ``rcb evaluate`` (its best actor, deterministic).
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
-import hashlib
 import json
 import pickle
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
+from matplotlib.figure import Figure
 
 from model.contract import Setting
+from model.controller import ControllerGains
 from model.features import obs_dim
+from training.bidders.tuned import tuned_baseline
 from training.files import atomic_write, atomic_write_text
 from training.market.dataset import Market
-from training.replay.dayset import DaySet
-from training.rl.encoder import PosteriorEncoder
+from training.replay.dayset import DaySet, traffic_profile
+from training.rl.config import ALGOS, SACConfig, reference_of
+from training.rl.encoder import PosteriorEncoder, transition_dim
+from training.rl.ensemble import ensemble_of
 from training.rl.epoch_selection import CONTROLLER_EPOCH, EPOCHS_DIR, kept_epoch, run_scores, snapshot_name, start_of
+from training.rl.fine_tuning import initial_networks
+from training.rl.loop import EpochLog, train
 from training.rl.networks import TanhGaussianPolicy
-from training.rl.resume_choices import BEFORE_THE_OPTIONS, SELECTION_CHOICES
-from training.rl.sac import (
-    CURRICULA,
-    NETWORKS,
-    EpochLog,
-    PolicyBidder,
-    SACAgent,
-    SACConfig,
-    check_networks_fit,
-    reference_of,
-    train,
-    training_band,
-    transition_dim,
+from training.rl.policy_bidder import PolicyBidder
+from training.rl.run_schema import (
+    FORMAT,
+    RUN_FILE,
+    SCHEMA,
+    RunError,
+    config_differences,
+    migrate,
+    pooled_fingerprint,
+    read_record,
 )
+from training.rl.sac import SACAgent
 
-RUN_FILE = "run.json"
+__all__ = [
+    "ALGOS",
+    "RUN_FILE",
+    "VALIDATION_BEST_FILE",
+    "PolicyBidder",
+    "RunError",
+    "best_bidder",
+    "load_best",
+    "load_ensemble_bidder",
+    "load_run_bidder",
+    "pooled_fingerprint",
+    "reference_controller",
+    "run_body",
+    "run_training",
+    "training_markets",
+    "write_curves",
+]
+
 VALIDATION_BEST_FILE = "validation-best.pt"
-"""Under ``--selection-epoch last`` or ``--select-from N``: the validation argmax's model beside ``best.pt``."""
-ALGOS = tuple(CURRICULA)
-"""Every method of issue 4 on one trainer: ``hard``, ``crl``, ``cbrl``, ``uscb``, ``rcpo``."""
-
-
-class RunError(ValueError):
-    """A run directory that cannot be created, resumed or loaded."""
+"""Under ``--select-from N``: the plain validation argmax's model beside ``best.pt``."""
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
@@ -92,20 +106,18 @@ def run_training(
     the train days loaded or the controller tuned), so a caller draws its progress bar only for a run that will
     train."""
     paths = [data] if isinstance(data, Path) else list(data)
-    if config.reference == "plan" and len(paths) > 1:
-        raise RunError("--reference plan trains on one market (its train days are the planner's scenarios)")
     markets = training_markets(paths)
     market = markets[0]
     fingerprint = pooled_fingerprint([m.split_fingerprint("train") for m in markets])  # what the policy is fitted to
     config.resolve(setting)  # the setting's defaults, before a resume compares them with the run's choices
     run_file = out / RUN_FILE
     history: list[dict[str, Any]] = []
-    start_epoch = 0
+    previous: dict[str, Any] = {}
     state = None
     if run_file.exists():
         if not resume:
             raise RunError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
-        previous = json.loads(run_file.read_text())
+        previous = read_record(out)
         if previous.get("reselected_from"):
             raise RunError(
                 f"{out} is a reselection of {previous['reselected_from']} (rcb reselect) and holds no checkpoint;"
@@ -115,37 +127,20 @@ def run_training(
             raise RunError(f"{out} was trained on other data or another setting; it cannot be resumed here")
         if previous["config"]["algo"] != config.algo:
             raise RunError(f"{out} trains {previous['config']['algo']}, not {config.algo}")
-        if bool(recorded_choice(previous["config"], "residual")) != config.residual:
-            kind = "a residual" if config.residual else "a non-residual"
-            raise RunError(f"{out} is not {kind} run; resume it with the --residual choice it was started with")
-        corrected = recorded_choice(previous["config"], "reference")
-        if corrected != config.reference:
-            raise RunError(f"{out} corrects {corrected}; resume it with --reference {corrected}")
-        # a default that depends on the setting (SC CBRL's since session 32) must not switch mid-run
-        resampled = bool(recorded_choice(previous["config"], "bootstrap_days"))
-        if resampled != config.bootstrap_days:
-            option = "--bootstrap-days" if resampled else "--no-bootstrap-days"
-            raise RunError(
-                f"{out} was trained {'on' if resampled else 'without'} bootstrap days; resume it with {option}"
-            )
-        for choice in SELECTION_CHOICES.values():
-            kept = choice.recorded(previous["config"])
-            if kept != getattr(config, choice.field):
-                raise RunError(f"{out} {choice.refusal.format(kept)}; resume it with {choice.option} {kept}")
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         history = previous.get("history", [])
         if len(state.get("history") or []) > len(history):  # cut short between checkpoint.pt and run.json
-            history = state["history"]
+            history = migrate({"history": state["history"]}, out)["history"]
             previous["controller_validation_score"] = state.get("controller_validation_score")
-        start_epoch = len(history)
-        if config.epochs < start_epoch:
+        epochs_done = len(history)
+        if config.epochs < epochs_done:
             raise RunError(
-                f"{out} has trained {start_epoch} epochs; resume it with --epochs {start_epoch} or more, not"
+                f"{out} has trained {epochs_done} epochs; resume it with --epochs {epochs_done} or more, not"
                 f" {config.epochs}"
             )
         # the record must not take a config the run was not trained with: its epochs so far used the recorded one
         changed = config_differences(previous["config"], config, setting, ignore=("controller", "epochs"))
-        if changed and config.epochs == start_epoch:
+        if changed and config.epochs == epochs_done:
             raise RunError(
                 f"{out} is finished; resuming it trains nothing, yet its config differs ({'; '.join(changed)})"
             )
@@ -154,30 +149,27 @@ def run_training(
                 f"{out} was trained with another config so far ({'; '.join(changed)}); resume it with the options it"
                 " was started with (rcb train --resume keeps those not given)"
             )
+        if config.residual:  # the reference controller the run started with
+            config.controller = previous["config"]["controller"]
     elif resume:
         raise RunError(f"{out}: nothing to resume (no {RUN_FILE}); drop --resume to start a new run")
-    if state is not None and config.residual:  # resume with the reference controller the run started with
-        config.controller = previous["config"].get("controller")
+    start_epoch = len(history)
     # fine-tuning: the source is read and checked before anything is written (a resumed run has its own networks)
     init = initial_networks(Path(config.init_from), setting, config) if config.init_from and state is None else None
     if on_start:
         on_start(start_epoch)
     out.mkdir(parents=True, exist_ok=True)
     days = DaySet.load(market, "train", setting)
-    if config.residual and config.controller is None:  # the home market's PID (or planner), tuned on its train days
-        if config.reference == "plan":
-            config.controller = reference_planner(market, paths[0], setting, days)
-        else:
-            config.controller = reference_controller(market, setting, days)
+    if config.residual and config.controller is None:  # the home market's PID, tuned on its train days
+        config.controller = reference_controller(market, setting, days)
     days = DaySet.pool([days, *(DaySet.load(other, "train", setting) for other in markets[1:])])
     # start_at_controller: the untrained policy (the controller) is the first candidate of model selection
     scores = run_scores({**previous, "history": history}) if state is not None else {}
-    assert config.select_from is not None  # resolve() filled it
-    rule = (config.selection_epoch, config.select_from)
-    # validation-best.pt: the plain validation argmax, kept beside a run whose rule may keep another epoch
-    beside = rule != ("best", 0)
+    select_from = config.select_from
+    assert select_from is not None  # resolve() filled it
     body: dict[str, Any] = {
-        "format": "rcb-run/1",
+        "format": FORMAT,
+        "schema": SCHEMA,
         "market": str(paths[0]),
         **({"pooled_markets": [str(path) for path in paths]} if len(paths) > 1 else {}),
         "setting": str(setting),
@@ -199,13 +191,12 @@ def run_training(
         body["keep_epochs"] = True
 
     def keep_best(epoch: int, score: float, model: dict[str, Any]) -> None:
-        """best.pt: this epoch's model (:func:`model_of`) if the run's selection rule now keeps it
-        (:func:`training.rl.epoch_selection.kept_epoch`); validation-best.pt likewise for the plain argmax; the
-        epoch's snapshot under ``keep_epochs``."""
+        """best.pt: this epoch's model (:func:`model_of`) if the selection rule now keeps it; validation-best.pt
+        likewise for the plain argmax under ``select_from``; the epoch's snapshot under ``keep_epochs``."""
         scores[epoch] = score
-        if kept_epoch(scores, *rule) == epoch:
+        if kept_epoch(scores, select_from) == epoch:
             _atomic_save(model, out / "best.pt")
-        if beside and kept_epoch(scores) == epoch:  # what "best" would have kept, so the rules compare on one run
+        if select_from and kept_epoch(scores) == epoch:  # what select_from 0 keeps, so the two compare on one run
             _atomic_save(model, out / VALIDATION_BEST_FILE)
         if keep_epochs:
             (out / EPOCHS_DIR).mkdir(exist_ok=True)
@@ -229,7 +220,7 @@ def run_training(
         record = {"history": history, "controller_validation_score": body.get("controller_validation_score")}
         _atomic_save({**agent_state(agent, log.epoch + 1), **record}, out / "checkpoint.pt")
         scores[log.epoch] = log.validation_score
-        body["kept_epoch"] = kept_epoch(scores, *rule)  # what best.pt holds once keep_best below has run
+        body["kept_epoch"] = kept_epoch(scores, select_from)  # what best.pt holds once keep_best below has run
         _write_json(body, run_file)
         keep_best(log.epoch, log.validation_score, model_of(agent, log.epoch))
         write_curves(history, out, body.get("controller_validation_score"), start_of(body))
@@ -245,8 +236,7 @@ def run_training(
         healed = model_file(state["actor"], state["encoder"], previous["config"], last_epoch)
         keep_best(last_epoch, scores[last_epoch], healed)
         write_curves(history, out, body.get("controller_validation_score"), start_of(body))
-    remaining = config.epochs - start_epoch
-    if remaining > 0:
+    if config.epochs > start_epoch:
         train(
             config,
             days,
@@ -258,88 +248,11 @@ def run_training(
         )
     body["status"] = "done"
     body["train_seconds"] = sum(h.get("seconds", 0.0) for h in history)
-    kept = kept_epoch(scores, *rule)
-    # the kept model's (the last epoch's under selection_epoch "last")
+    kept = kept_epoch(scores, select_from)
     body["best_validation_score"] = float("-inf") if kept is None else scores[kept]
     body["kept_epoch"] = kept
     _write_json(body, run_file)
     return body
-
-
-NETWORK_MEANING = ("hidden", "latent_dim", "action_step", "start_ratio")
-"""The :class:`SACConfig` fields, beside the algorithm and the residual choice, that size the networks or give
-their outputs their meaning (a step is not a saved weight: the same actor moves the ratio by another amount)."""
-
-
-@dataclass(frozen=True)
-class InitialNetworks:
-    """A fine-tuned run's starting point (:attr:`SACConfig.init_from`): the source run's last epoch's networks
-    (:data:`training.rl.sac.NETWORKS`) and what run.json records of it."""
-
-    networks: dict[str, Any]
-    source: dict[str, Any]
-    """``run`` (its directory), ``market``, ``data_fingerprint`` (its train days), ``epochs`` trained and, if the
-    source was fine-tuned too, its own ``initialized_from``."""
-
-
-def initial_networks(source: Path, setting: Setting, config: SACConfig) -> InitialNetworks:
-    """Read and check the run a new run is fine-tuned from: a finished ``rcb train`` run (not a reselection) of
-    the same setting, algorithm and kind (residual or not, with the same reference) and :data:`NETWORK_MEANING`,
-    whose checkpoint holds its last epoch's networks, every tensor of which fits this run's
-    (:func:`training.rl.sac.check_networks_fit`). :class:`RunError` says what is wrong."""
-    run_file = source / RUN_FILE
-    if not run_file.is_file():
-        raise RunError(f"--init-from {source}: not a run directory (no {RUN_FILE})")
-    try:
-        recorded = json.loads(run_file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RunError(f"--init-from {source}: unreadable run record ({exc})") from None
-    if recorded.get("reselected_from"):
-        raise RunError(f"--init-from {source}: a reselection (rcb reselect) holds no networks to start from")
-    if recorded.get("status") != "done":
-        raise RunError(f"--init-from {source}: the run is not finished (resume it first)")
-    if recorded.get("setting") != str(setting):
-        raise RunError(f"--init-from {source}: trained for {recorded.get('setting')}, not {setting}")
-    kept = recorded.get("config", {})
-    if kept.get("algo") != config.algo:
-        raise RunError(f"--init-from {source}: trains {kept.get('algo')}, not {config.algo}")
-    residual, reference = bool(recorded_choice(kept, "residual")), recorded_choice(kept, "reference")
-    if residual != config.residual or (residual and reference != config.reference):
-
-        def kind(is_residual: bool, reference: str) -> str:
-            return f"a correction of its {reference}" if is_residual else "not a residual policy"
-
-        raise RunError(
-            f"--init-from {source}: its policy is {kind(residual, reference)},"
-            f" this run's is {kind(bool(config.residual), config.reference)}"
-        )
-    for name in NETWORK_MEANING:
-        trained_with = recorded_choice(kept, name)
-        if trained_with != getattr(config, name):
-            raise RunError(
-                f"--init-from {source}: its networks were trained with {name} {trained_with},"
-                f" this run's is {getattr(config, name)}"
-            )
-    try:
-        state = torch.load(source / "checkpoint.pt", weights_only=False)
-        if not isinstance(state, dict):
-            raise ValueError("not a checkpoint")
-    except Exception as exc:  # whatever unpickling a damaged file raises, it is one message
-        raise RunError(f"--init-from {source}: unreadable checkpoint.pt ({exc})") from None
-    networks = {key: state.get(key) for key in NETWORKS}
-    try:  # every tensor, now: before the train days are loaded, the controller tuned or the run directory made
-        check_networks_fit(config, networks)
-    except ValueError as exc:
-        raise RunError(f"--init-from {source}: {exc}") from None
-    source_record = {
-        "run": str(source),
-        "market": recorded.get("market"),
-        "data_fingerprint": recorded.get("data_fingerprint"),
-        "epochs": len(recorded.get("history", [])),
-        "validation_fold": int(recorded_choice(kept, "validation_fold")),
-        **({"initialized_from": recorded["initialized_from"]} if recorded.get("initialized_from") else {}),
-    }
-    return InitialNetworks(networks=networks, source=source_record)
 
 
 def training_markets(paths: list[Path]) -> list[Market]:
@@ -359,87 +272,11 @@ def training_markets(paths: list[Path]) -> list[Market]:
     return markets
 
 
-_BEFORE_RECORDED: dict[str, Any] = json.loads(
-    json.dumps(
-        {**{f.name: f.default for f in fields(SACConfig) if f.default is not MISSING}, **BEFORE_THE_OPTIONS},
-        default=list,
-    )
-)
-"""What a run that recorded no value for a :class:`SACConfig` field did (:func:`recorded_choice`), as JSON holds it
-(tuples read back as lists)."""
-
-
-def recorded_choice(recorded: dict[str, Any], key: str) -> Any:
-    """Field ``key`` of a run's recorded config (run.json's ``config``); for a field the run recorded before it
-    existed, what runs did then: the value of :mod:`training.rl.resume_choices` where it names one, else the field's
-    default (``"(not recorded)"`` for a field without one)."""
-    return recorded.get(key, _BEFORE_RECORDED.get(key, "(not recorded)"))
-
-
-def config_differences(
-    recorded: dict[str, Any], config: SACConfig, setting: Setting, ignore: tuple[str, ...] = ("controller",)
-) -> list[str]:
-    """Where a run's recorded config (run.json's ``config``) differs from ``config`` resolved for ``setting``, as
-    ``"n_step 8, not 4"`` lines; ``ignore`` names fields left out (by default the reference controller, tuned from
-    the train days). A field a run recorded before it existed reads as :func:`recorded_choice` says."""
-    # through JSON, as run.json holds it (tuples read back as lists)
-    wanted = json.loads(json.dumps(replace(config, controller=None).resolve(setting).to_dict()))
-    differences = []
-    for key, value in wanted.items():
-        if key in ignore:
-            continue
-        kept = recorded_choice(recorded, key)
-        if key == "train_shield":  # a shielded run from before the record trained behind the defaults: compare bands
-            if training_band(recorded) != training_band(wanted):
-                differences.append(f"{key} {kept!r}, not {value!r}")
-            continue
-        if kept != value and not (key == "init_from" and same_run_dir(kept, value)):
-            differences.append(f"{key} {kept!r}, not {value!r}")
-    return differences
-
-
-def same_run_dir(kept: Any, given: Any) -> bool:
-    """Whether two spellings of a run directory (``--init-from``: relative or absolute, through a link) name the
-    same directory as it stands now; one that no longer exists is only the same as its own spelling."""
-    if not isinstance(kept, str) or not isinstance(given, str):
-        return False
-    try:
-        return Path(kept).resolve(strict=True) == Path(given).resolve(strict=True)
-    except OSError:
-        return False
-
-
-def finished_run_differences(
-    previous: dict[str, Any], data: list[Path], setting: Setting, config: SACConfig
-) -> list[str]:
-    """What a finished run (its run.json body) was trained with that a new run of ``config`` on ``data`` would not
-    be; empty when it is this very run (same train days, setting and resolved config but the reference controller:
-    :func:`config_differences`)."""
-    differences = []
-    fingerprint = pooled_fingerprint([Market.open(path).split_fingerprint("train") for path in data])
-    if previous.get("data_fingerprint") != fingerprint:
-        differences.append("other train days")
-    if previous.get("setting") != str(setting):
-        differences.append(f"setting {previous.get('setting')}")
-    return differences + config_differences(previous.get("config", {}), config, setting)
-
-
-def pooled_fingerprint(fingerprints: list[str]) -> str:
-    """One market's train-split fingerprint as it is; several pooled markets' folded into one, in order."""
-    if len(fingerprints) == 1:
-        return fingerprints[0]
-    return "pooled:" + hashlib.sha256("\n".join(fingerprints).encode()).hexdigest()
-
-
 def reference_controller(market: Market, setting: Setting, days: DaySet | None = None) -> dict[str, Any]:
     """The controller a run is measured against and corrects: the PID tuned on ``market``'s train days (``rcb
     evaluate``'s tuning, cached beside the market) and those days' traffic profile, as :attr:`SACConfig.controller`
     and a model card hold them. ``days``: the train days if already loaded (else their logs are read, and the
     oracles solved only when the tuning is not cached). Raises what opening the market or tuning raises."""
-    from model.controller import ControllerGains
-    from training.evaluation.evaluate import tuned_baseline
-    from training.replay.dayset import traffic_profile
-
     loaded: list[DaySet] = [] if days is None else [days]
 
     def train_days() -> DaySet:  # loaded at most once, and only when the tuning is not cached
@@ -453,31 +290,12 @@ def reference_controller(market: Market, setting: Setting, days: DaySet | None =
     return {**gains, "traffic_profile": [round(float(x), 8) for x in traffic_profile(logs)]}
 
 
-def reference_planner(market: Market, path: Path, setting: Setting, days: DaySet) -> dict[str, Any]:
-    """The planner a ``--reference plan`` run corrects, as :attr:`SACConfig.controller` holds it: ``rcb evaluate``'s
-    ``plan`` tuning on ``market``'s train days (cached beside the market) and the market whose train days are its
-    scenarios (:func:`training.rl.sac.reference_of` rebuilds them)."""
-    from training.evaluation.evaluate import tuned_baseline
-
-    planner, _ = tuned_baseline(market, "plan", setting, lambda: days)
-    params = planner.params()
-    return {
-        "kind": "plan",
-        "market": str(path.resolve()),
-        "setting": str(setting),
-        "fingerprint": market.split_fingerprint("train"),
-        "margin": float(params["margin"]),
-        "cost_sd": float(params["cost_sd"]),
-        "noise_aware": bool(params.get("noise_aware", False)),
-    }
-
-
 def model_file(
     actor: dict[str, Any], encoder: dict[str, Any] | None, config: dict[str, Any], epoch: int
 ) -> dict[str, Any]:
     """What best.pt, validation-best.pt and every epoch snapshot hold: the actor's and encoder's weights, the config
-    they were trained with and their epoch (-1: the untrained controller)."""
-    return {"actor": actor, "encoder": encoder, "config": config, "epoch": epoch}
+    they were trained with (at the run's :data:`SCHEMA`) and their epoch (-1: the untrained controller)."""
+    return {"actor": actor, "encoder": encoder, "config": config, "epoch": epoch, "schema": SCHEMA}
 
 
 def agent_state(agent: SACAgent, next_epoch: int) -> dict[str, Any]:
@@ -496,8 +314,6 @@ def write_curves(
         writer = csv.DictWriter(fh, fieldnames=columns, restval="")
         writer.writeheader()
         writer.writerows(history)
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
     epochs = [h["epoch"] for h in history]
@@ -522,13 +338,12 @@ def write_curves(
 
 
 def run_body(run: Path, finished: bool = True) -> dict[str, Any]:
-    """A run directory's ``run.json`` body, refused where the run has no ``best.pt``. ``finished``: refuse a run
-    still training or interrupted too (its best.pt is the best of the epochs so far, not the run's model: what
-    export, evaluation and ensembles must not take for it)."""
-    run_file = run / RUN_FILE
-    if not run_file.exists() or not (run / "best.pt").exists():
+    """A run directory's migrated ``run.json`` body (:func:`~training.rl.run_schema.migrate`), refused where the run
+    has no ``best.pt``. ``finished``: refuse a run still training or interrupted too (its best.pt is the best of the
+    epochs so far, not the run's model: what export, evaluation and ensembles must not take for it)."""
+    if not (run / RUN_FILE).exists() or not (run / "best.pt").exists():
         raise RunError(f"{run}: not a finished training run (no {RUN_FILE} or best.pt)")
-    body = json.loads(run_file.read_text())
+    body = read_record(run)
     if finished and body.get("status") != "done":
         raise RunError(
             f"{run}: not a finished training run (status {body.get('status')!r}); finish it with rcb train --resume"
@@ -537,14 +352,14 @@ def run_body(run: Path, finished: bool = True) -> dict[str, Any]:
 
 
 def load_best(run: Path, finished: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A run directory's ``best.pt`` (actor, encoder, config, epoch; on the CPU) and its ``run.json`` body
-    (:func:`run_body`, ``finished`` as there)."""
+    """A run directory's ``best.pt`` (actor, encoder, config, epoch; on the CPU; its config migrated) and its
+    ``run.json`` body (:func:`run_body`, ``finished`` as there)."""
     body = run_body(run, finished)
     try:
         saved = torch.load(run / "best.pt", weights_only=False, map_location="cpu")
     except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:  # a truncated or foreign file
         raise RunError(f"{run}: cannot load its best actor from best.pt ({exc})") from None
-    return saved, body
+    return migrate(saved, run / "best.pt"), body
 
 
 def load_run_bidder(run: Path) -> tuple[PolicyBidder, dict[str, Any]]:
@@ -560,8 +375,6 @@ def load_ensemble_bidder(
 
     The runs must share the setting and the train data (the same market's train split). ``loaded``: their
     :func:`load_best` answers, when the caller has read them already."""
-    from training.rl.ensemble import ensemble_of
-
     if not runs:
         raise RunError("an ensemble needs at least one run")
     loaded = loaded if loaded is not None else [load_best(Path(run)) for run in runs]
@@ -576,32 +389,22 @@ def load_ensemble_bidder(
         actor, encoder = ensemble_of([m.policy for m, _ in members], [m.encoder for m, _ in members])
     except ValueError as exc:
         raise RunError(f"{', '.join(str(r) for r in runs)}: {exc}") from None
-    if len({repr(m.shield_band) for m, _ in members}) != 1:
-        raise RunError(
-            f"the ensemble's runs were trained behind different shield bands: {', '.join(str(r) for r in runs)}"
-        )
-    first = members[0][0]
     bidder = PolicyBidder(
         actor,  # type: ignore[arg-type]
         stochastic=False,
         encoder=encoder,  # type: ignore[arg-type]
-        controller=first.controller,
-        shield_band=first.shield_band,
+        controller=members[0][0].controller,
     )
     return bidder, bodies
 
 
 def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
-    """The deterministic bidder of a loaded ``best.pt``."""
-    config = saved["config"]
-    residual = bool(recorded_choice(config, "residual"))
+    """The deterministic bidder of a loaded ``best.pt`` (its config migrated, :func:`load_best`)."""
+    config = migrate(saved, "the model")["config"]
+    residual = bool(config["residual"])
     latent = config["latent_dim"] if saved["encoder"] is not None else 0
     policy = TanhGaussianPolicy(
-        obs_dim(residual) + latent,
-        config["hidden"],
-        config.get("action_step", 0.0),
-        config.get("start_ratio", 1.0),
-        residual=residual,
+        obs_dim(residual) + latent, config["hidden"], config["action_step"], config["start_ratio"], residual=residual
     )
     policy.load_state_dict(saved["actor"])
     encoder = None
@@ -611,9 +414,5 @@ def best_bidder(saved: dict[str, Any]) -> PolicyBidder:
         encoder.eval()
     policy.eval()
     return PolicyBidder(
-        policy,
-        stochastic=False,
-        encoder=encoder,
-        controller=reference_of(residual, config.get("controller")),
-        shield_band=training_band(config),
+        policy, stochastic=False, encoder=encoder, controller=reference_of(residual, config.get("controller"))
     )
