@@ -20,6 +20,8 @@ from training.market import adapters
 from training.market.adapters import SUPPORTED_FORMATS, import_market, split_assignment
 from training.market.constraints import curve_of, draw_market_constraints, draw_paper_constraints
 from training.market.dataset import MANIFEST, Market, file_sha256
+from training.market.importers import auctionnet as auctionnet_importer
+from training.market.importers import market as market_writer
 from training.market.schema import SchemaError
 from training.replay.simulator import DayIndex
 
@@ -273,7 +275,7 @@ def test_auctionnet_arrival_order_is_pv_index_and_formats_agree(tmp_path: Path, 
             frame.to_parquet(src / path.name.replace(".csv", ".parquet"), index=False)
         else:
             frame.to_csv(src / path.name, index=False)
-    monkeypatch.setattr(adapters, "AUCTIONNET_CHUNK_ROWS", 37)  # exercise the chunked advertiser filter
+    monkeypatch.setattr(auctionnet_importer, "AUCTIONNET_CHUNK_ROWS", 37)  # exercise the chunked advertiser filter
     shuffled = import_market("auctionnet", src, tmp_path / "shuffled", advertiser=12, value_per_conversion=30.0)
     reference = import_market(
         "auctionnet", AUCTIONNET, tmp_path / "reference", advertiser=12, value_per_conversion=30.0
@@ -335,11 +337,13 @@ def test_auctionnet_missing_columns(tmp_path: Path):
 
 
 def test_bad_arguments(tmp_path: Path):
-    with pytest.raises(ValueError, match="unknown log format 'ipinyou'; supported: cbrl-syn, auctionnet"):
+    with pytest.raises(ValueError, match="unknown log format 'ipinyou'; supported: cbrl-syn, auctionnet, rcb"):
         import_market("ipinyou", CBRL, tmp_path / "x")
-    assert SUPPORTED_FORMATS == ("cbrl-syn", "auctionnet")
+    assert SUPPORTED_FORMATS == ("cbrl-syn", "auctionnet", "rcb")
     with pytest.raises(ValueError, match="advertiser only applies"):
         import_market("cbrl-syn", CBRL, tmp_path / "x", advertiser=3)
+    with pytest.raises(ValueError, match="value_per_conversion only applies"):
+        import_market("cbrl-syn", CBRL, tmp_path / "x", value_per_conversion=2.0)
     with pytest.raises(ValueError, match="test_fraction"):
         import_market("cbrl-syn", CBRL, tmp_path / "x", test_fraction=1.5)
     with pytest.raises(ValueError, match="value_per_conversion"):
@@ -380,8 +384,8 @@ def test_an_import_that_fails_while_writing_keeps_the_old_market(tmp_path: Path,
         written.append(path)
         real_write(log, path)
 
-    real_write = adapters.write_day
-    monkeypatch.setattr(adapters, "write_day", failing_write)
+    real_write = market_writer.write_day
+    monkeypatch.setattr(market_writer, "write_day", failing_write)
     with pytest.raises(OSError, match="disk full"):
         import_market("cbrl-syn", CBRL, out, overwrite=True, test_fraction=1.0)
     with pytest.raises(OSError, match="disk full"):
@@ -400,7 +404,7 @@ def test_a_failed_first_import_leaves_no_directory_behind(tmp_path: Path, monkey
         seen.append(path)
         raise OSError("disk full")
 
-    monkeypatch.setattr(adapters, "write_day", failing_write)
+    monkeypatch.setattr(market_writer, "write_day", failing_write)
     out = tmp_path / "new" / "market"
     with pytest.raises(OSError, match="disk full"):
         import_market("cbrl-syn", CBRL, out)

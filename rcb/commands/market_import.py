@@ -1,4 +1,5 @@
-"""`rcb market import`: convert public impression logs (CBRL reference, AuctionNet) into a market directory."""
+"""`rcb market import`: convert impression logs (the project's own schema, the CBRL reference's dumps, AuctionNet)
+into a market directory."""
 
 from __future__ import annotations
 
@@ -25,10 +26,30 @@ from rcb.commands.common import (
 
 
 class LogFormat(StrEnum):
-    """The public log formats `rcb market import` reads (see training/market/adapters.py)."""
+    """The log formats `rcb market import` reads (training/market/importers/; a test keeps the two equal)."""
 
+    rcb = "rcb"
     cbrl_syn = "cbrl-syn"
     auctionnet = "auctionnet"
+
+
+class Delivery(StrEnum):
+    """What an imported impression delivers when won (training.market.importers.DELIVERY_MODES)."""
+
+    realized = "realized"
+    expected = "expected"
+
+
+DELIVERY_HELP = (
+    "realized = the logged outcome (rcb: delivery; cbrl-syn: rev; auctionnet: conversionAction * V, seen only where"
+    " the logged advertiser won); expected = the impression's predicted value (rcb: expected_delivery, else the"
+    " utility; cbrl-syn: pctr * pppc; auctionnet: pValue * V)."
+)
+
+CONSTRAINTS_FILE_HELP = (
+    "rcb, cbrl-syn: each day's MC constraints from a CSV or Parquet file with columns day, roi_target, budget"
+    " (every imported day needs a row; rows for other days are left out and reported), instead of drawing them."
+)
 
 
 MAX_RANGE = 100_000
@@ -58,8 +79,9 @@ def parse_days(text: str) -> set[int]:
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
-    """The import at a glance: days per split, rows kept, invalid rows by reason, notes."""
-    table = Table(title=f"{summary['format']} import -> {summary['out']}", show_header=True)
+    """The import at a glance: days per split, rows kept, invalid rows by reason, notes, constraints-file rows."""
+    delivery = summary.get("delivery", "realized")
+    table = Table(title=f"{summary['format']} import ({delivery} delivery) -> {summary['out']}", show_header=True)
     table.add_column("what")
     table.add_column("count", justify="right")
     for split, count in summary["days_per_split"].items():
@@ -71,12 +93,19 @@ def summary_table(summary: dict[str, Any]) -> Table:
         table.add_row(f"  invalid: {reason}", f"{count:,}")
     for note, count in summary["notes"].items():
         table.add_row(f"  note: {note}", f"{count:,}")
+    given = summary.get("constraints_file")
+    if given:
+        table.add_row("constraints-file rows used", f"{given['n_used']:,}")
+        for reason, count in given["left_out"].items():
+            table.add_row(f"  constraints file, left out: {reason}", f"{count:,}")
     return table
 
 
 def import_command(
     fmt: Annotated[LogFormat, typer.Option("--format", help="Format of the source logs.", case_sensitive=False)],
-    src: Annotated[Path, typer.Argument(help="A log file, or a directory of per-day (per-period) log files.")],
+    src: Annotated[
+        Path, typer.Argument(help="A log file, or a directory of log files (per day, per period, or any days each).")
+    ],
     out: Annotated[Path, typer.Option("--out", help="Market directory to write (one Parquet per day + manifest).")],
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds the train/test split and drawn constraints.")] = 0,
     test_fraction: Annotated[
@@ -96,20 +125,35 @@ def import_command(
         int | None, typer.Option("--advertiser", help="auctionnet: advertiserNumber to import (needed if several).")
     ] = None,
     constraints: Annotated[
-        ConstraintRecipeName, typer.Option("--constraints", help=CONSTRAINTS_HELP, case_sensitive=False)
-    ] = ConstraintRecipeName.prior,
+        ConstraintRecipeName | None,
+        typer.Option(
+            "--constraints",
+            help=f"rcb, cbrl-syn (default prior). {CONSTRAINTS_HELP}",
+            case_sensitive=False,
+        ),
+    ] = None,
+    constraints_file: Annotated[
+        Path | None, typer.Option("--constraints-file", help=CONSTRAINTS_FILE_HELP, metavar="FILE")
+    ] = None,
+    delivery: Annotated[
+        Delivery, typer.Option("--delivery", help=DELIVERY_HELP, case_sensitive=False)
+    ] = Delivery.realized,
     force: Annotated[bool, typer.Option("--force", help="Replace a market already in OUT.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Import public logs into the impression-log schema (docs/data-schema.md); invalid rows are left out and
+    """Import impression logs into a market directory (docs/data-schema.md); invalid rows are left out and
     reported by reason."""
-    from training.market.adapters import import_market
+    from training.market.adapters import check_source, import_market, read_constraints_file
 
     with user_errors():
         check_output_dir(out)
         if not src.exists():
             raise FileNotFoundError(f"{src}: no such file or directory")
         ood = parse_days(ood_days)
+        # Headers and the constraints file are small: a source without files or columns is refused before the bar.
+        check_source(fmt.value, src, delivery.value)
+        if constraints_file is not None:
+            read_constraints_file(constraints_file)
         with progress(quiet=as_json) as bar:
             tasks: dict[str, Any] = {}
 
@@ -129,7 +173,9 @@ def import_command(
                 advertiser=advertiser,
                 progress=report,
                 overwrite=force,
-                constraints=constraints.value,
+                constraints=constraints.value if constraints is not None else None,
+                constraints_file=constraints_file,
+                delivery=delivery.value,
             )
     result = summary.to_dict()
     if as_json:
