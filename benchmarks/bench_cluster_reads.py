@@ -1,10 +1,10 @@
 """What reading a slot boundary node by node costs on a Redis Cluster: 10,000 campaigns through three primaries.
 
-A slot batch reads with ``RedisClusterStore.get_each``: one pipeline per primary, the primaries in
-parallel, each under its own deadline, so a stalled primary fails only its own campaigns. The alternative,
-``get_many``, runs one cluster pipeline over every key (redis-py groups it per node itself; one node's failure
-fails every key). This times the two over the same keys on one local 3-primary cluster, alternating the arms (ABBA), in chunks of 256 as
-the service reads while no bid flows (``service.episodes._CHUNK``; 16 while bids flow; ``--chunk`` sets it), and
+A slot batch reads with ``RedisClusterStore.get_each``: one pipeline per primary, the primaries in parallel, each
+under its own deadline, so a stalled primary fails only its own campaigns. The alternative, ``get_many``, runs one
+cluster pipeline over every key (redis-py groups it per node itself; one node's failure fails every key). This times
+the two over the same keys on one local 3-primary cluster, alternating the arms (ABBA), in chunks of 256 as the
+service reads while no bid flows (``service.episodes._CHUNK``; 16 while bids flow; ``--chunk`` sets it), and
 prints medians and their ratio::
 
     .venv/bin/python benchmarks/bench_cluster_reads.py [--campaigns 10000] [--chunk 256] [--repeats 7]
