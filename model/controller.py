@@ -38,6 +38,13 @@ class Reference(Protocol):
     def sequence(self, history: History, until: int | None = None) -> np.ndarray: ...
 
 
+class Controller(Protocol):
+    """A stateless law of the bid ratio: its ratio for slot ``history.slot`` of every episode, ``(n,)``. The PID law
+    (:class:`ControllerGains`) and the constant ratio (:class:`ConstantRatio`) are the two a model card names."""
+
+    def ratios(self, history: History) -> np.ndarray: ...
+
+
 RATIO_FLOOR = 0.01
 """The controller never bids below this: a ratio of 0 would stop all feedback."""
 PROFILE_SUM_TOLERANCE = 1e-3
@@ -75,6 +82,10 @@ class ControllerGains:
         (:class:`model.planner.PlanReference` answers the same call for the planner)."""
         return controller_sequence(history, self, until)
 
+    def ratios(self, history: History) -> np.ndarray:
+        """:func:`controller_ratios` with these gains: the ratio for slot ``history.slot``, ``(n,)``."""
+        return controller_ratios(history, self)
+
     def tuned(self) -> dict[str, float]:
         """The :data:`GAIN_FIELDS` (what a model card carries)."""
         return {k: float(getattr(self, k)) for k in GAIN_FIELDS}
@@ -90,6 +101,20 @@ class ControllerGains:
             raise ValueError(f"the gains ({', '.join(GAIN_FIELDS)}) must be finite numbers")
         if not RATIO_FLOOR <= self.initial_ratio <= RATIO_MAX:
             raise ValueError(f"initial_ratio must be in [{RATIO_FLOOR}, {RATIO_MAX}]")
+
+
+@dataclass(frozen=True)
+class ConstantRatio:
+    """The RM law: one ratio in every slot, whatever the day does (the constant tuned on a market's train days)."""
+
+    ratio: float
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.ratio) and RATIO_FLOOR <= self.ratio <= RATIO_MAX):
+            raise ValueError(f"the constant ratio must be in [{RATIO_FLOOR}, {RATIO_MAX}], not {self.ratio!r}")
+
+    def ratios(self, history: History) -> np.ndarray:
+        return np.full(history.n, float(self.ratio))
 
 
 def _roi_errors(history: History, until: int) -> np.ndarray:

@@ -15,6 +15,8 @@ Steps 1, 2 and the noise are :func:`decision_inputs`, shared by every driver: :c
 the exported ONNX graphs (evaluation's ``onnx:MODEL_DIR`` and the service), training's torch bidder
 runs its own networks on the same inputs. So a slot decided by the service, by ``rcb evaluate`` and
 by the training run is one computation (tested to 1e-6 on the ratio, bit for bit on the noise).
+A planner or a controller model (``kind: planner`` / ``controller``) has no graph: :class:`Policy` runs its law on
+the campaigns' stats instead, the same function for the service and ``onnx:MODEL_DIR``.
 
 The offline noise-key convention: episode ``k`` of a batch played with seed ``s`` is campaign
 ``episode-{k}`` of episode ``offline`` under seed ``s`` (:func:`offline_keys`). A service campaign
@@ -149,8 +151,9 @@ class Policy:
 
     def __init__(self, artifact: Artifact, bid_scale: float | None = None):
         self.artifact = artifact
-        self.controller = artifact.controller_gains() if artifact.residual else None
-        """A residual model's reference controller (it reads ``controller_ratio``), else None."""
+        self.controller = artifact.reference_gains() if artifact.residual else None
+        """A residual model's reference controller (it reads ``controller_ratio``), else None: the training market's
+        PID, which the policy corrects, whatever PID the shield runs around."""
         self.bid_scale = artifact.card.bid_scale_factor() if bid_scale is None else float(bid_scale)
         """The factor on every decided ratio: the card's calibrated ``bid_scale`` (1 without one), or the one given
         (:mod:`training.export.calibrate` plays candidates with it)."""
@@ -169,6 +172,9 @@ class Policy:
         """Next ratios of every row of ``histories`` (rows in order; each History at its own slot)."""
         if not histories or not any(h.n for h in histories):
             raise ValueError("no campaign histories to decide")
+        if self.artifact.controller is not None:  # a controller model: its law on the stats, no features or noise
+            law = self.artifact.controller
+            return Decision(ratio=self._scaled(np.concatenate([law.ratios(h) for h in histories])))
         if self.artifact.planner is not None:  # a planner model reads the stats themselves, no features or noise
             planner = self.artifact.planner
             decided = [planner.decide(h) for h in histories]
@@ -193,12 +199,13 @@ class Policy:
 
     def decide_states(self, states: Sequence[CampaignState]) -> Decision:
         """Next ratios of campaigns at any slots: rows grouped by slot, one encoder and one policy call."""
-        if self.artifact.planner is not None:  # decide's step on the slot groups, answered in the order of states
+        if self.artifact.planner is not None or self.artifact.controller is not None:
+            # decide's step on the slot groups (a law on the stats), answered in the order of states
             groups = slot_groups(states)
             decision = self.decide([stack_histories([states[i] for i in rows]) for rows in groups], [])
             inverse = np.argsort([i for rows in groups for i in rows])
-            assert decision.depth is not None
-            return Decision(ratio=decision.ratio[inverse], depth=decision.depth.take(inverse))
+            depth = None if decision.depth is None else decision.depth.take(inverse)
+            return Decision(ratio=decision.ratio[inverse], depth=depth)
         return self.decide_inputs(states_inputs(states, self.latent_dim, self.controller, self.own_ratio_scale))
 
 

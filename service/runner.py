@@ -3,7 +3,11 @@
 Triton's shape: the entry point takes a batch of campaigns (any slots) and answers each one. The
 model runs off the event loop (onnxruntime blocks), so bids keep flowing during a slot-boundary burst.
 If the model cannot run (missing or refused at startup, or an inference error), the numpy controller
-of :mod:`model.controller` decides instead and the answer says ``decided_by: fallback``. A reload
+of :mod:`model.controller` decides instead and the answer says ``decided_by: fallback``: the card's
+``safety_controller`` (the PID tuned on the market served, ``rcb calibrate``), else its training market's PID; a
+controller model (``kind: controller``) is its own fallback. A controller model decides like any other model
+(``decided_by: model``, the model being that controller) and its shield band is the whole ratio range, so the shield
+never moves its ratio. A reload
 builds the new model completely before it swaps in; a refused one leaves the old one serving. The
 state holds raw stats only, so a new model takes over at each campaign's next slot.
 """
@@ -26,7 +30,7 @@ import numpy as np
 from anyio import to_thread
 
 from model.artifact import Artifact, ArtifactError, as_config, load_artifact
-from model.controller import RATIO_FLOOR, ControllerGains, controller_ratios
+from model.controller import RATIO_FLOOR, Controller, ControllerGains
 from model.features import out_of_range
 from model.history import History
 from model.planner import Depth
@@ -47,7 +51,8 @@ class Decided:
     mean: np.ndarray | None
     std: np.ndarray | None
     decided_by: list[str]
-    """Per row: ``model``, ``shield`` (the model's ratio moved into the shield's band) or ``fallback``."""
+    """Per row: ``model`` (the served model, a controller model included), ``shield`` (the model's ratio moved into
+    the shield's band) or ``fallback``."""
     model_version: str
     out_of_range: np.ndarray
     """Per row: how many signs say the campaign is outside what the model was built for: the observation features
@@ -99,8 +104,11 @@ class ModelRunner:
         self.shield_config = ShieldConfig()
         """The band around the model's ratio: the card's ``shield`` section (defaults where the card has none)."""
         self.gains = ControllerGains()
-        """The controller behind the shield and the fallback: the card's gains and traffic profile (defaults where
-        the card has none; :meth:`model.artifact.Artifact.controller_gains`)."""
+        """The PID the shield runs around: the card's safety controller, else its training market's gains and
+        traffic profile (defaults where the card has none; :meth:`model.artifact.Artifact.controller_gains`)."""
+        self.fallback: Controller = self.gains
+        """What bids when the model cannot: the shield's PID, or a controller model's own law
+        (:meth:`model.artifact.Artifact.fallback_controller`); the defaults before any model loads."""
         self._lock = threading.Lock()
         """Guards the served fields' swap (held for microseconds: decisions read them under it)."""
         self._load_lock = threading.Lock()
@@ -121,6 +129,14 @@ class ModelRunner:
     def artifact(self) -> Artifact | None:
         return None if self.policy is None else self.policy.artifact
 
+    def controller_source(self) -> dict[str, Any]:
+        """Which controller the shield and the fallback run around and the market whose train days tuned it
+        (:meth:`model.artifact.ModelCard.safety_source`); the benchmark's default gains while no model is loaded."""
+        artifact = self.artifact
+        if artifact is None:
+            return {"source": "defaults", "law": "pid", "market": None, "data_fingerprint": None, "tuned_on": None}
+        return artifact.card.safety_source()
+
     def load(self, model_dir: Path | None = None) -> str:
         """Load (or reload) the model; on failure keep the current one and raise :class:`ArtifactError`."""
         return self.reload(model_dir)[1]
@@ -137,6 +153,7 @@ class ModelRunner:
             artifact = load_artifact(directory, intra_op_threads=self.onnx_threads)
             try:  # the card is validated on reading; this keeps a refusal a refusal whatever slips past it
                 gains, shield_config = artifact.controller_gains(), artifact.shield_config()
+                fallback = artifact.fallback_controller()
             except (TypeError, ValueError) as exc:
                 raise ArtifactError(f"{directory}: the card's controller or shield cannot run: {exc}") from None
         except ArtifactError as exc:
@@ -147,7 +164,7 @@ class ModelRunner:
         policy, version = Policy(artifact), model_version(artifact)
         with self._lock:
             self.policy, self.version, self.model_dir, self.load_error = policy, version, directory, None
-            self.gains, self.shield_config = gains, shield_config
+            self.gains, self.shield_config, self.fallback = gains, shield_config, fallback
         # Everything built so far (the app, the model, the libraries' objects) lives as long as the process: move it
         # out of the collector's reach. Without this, every full collection walks it, 50-90 ms each, several a
         # minute under load: the bid p99 (see BENCHMARKS.md, Service).
@@ -183,6 +200,7 @@ class ModelRunner:
         """
         with self._lock:
             policy, version, gains, shield_config = self.policy, self.version, self.gains, self.shield_config
+            fallback_law = self.fallback
         groups = slot_groups(states)
         histories = [stack_histories([states[i] for i in rows]) for rows in groups]
         clipped = np.zeros(len(states), dtype=np.int64)
@@ -209,7 +227,7 @@ class ModelRunner:
         fallback = ["fallback"] * len(states)
         ratio = np.empty(len(states))
         for rows, history in zip(groups, histories, strict=True):
-            ratio[rows] = controller_ratios(history, gains)
+            ratio[rows] = fallback_law.ratios(history)
         if not np.all(np.isfinite(ratio)):  # stats the law cannot read (it never happens within the API's bounds)
             log.error("the fallback controller produced a non-finite ratio; bidding its floor")
             ratio = np.where(np.isfinite(ratio), ratio, RATIO_FLOOR)

@@ -33,6 +33,7 @@ from training.export.calibrate import (
     calibrate,
     check_destination,
     choose_scale,
+    nearest_scale,
     row_name,
     write_calibrated,
 )
@@ -76,10 +77,9 @@ def test_the_rule_keeps_the_best_factor_whose_csr_is_the_pids_ties_to_the_neares
     # A tie goes to the factor nearest 1 (the model as it is, where it ties).
     assert choose_scale(rows_of(0.9, {0.8: (0.6, 1), 1.0: (0.6, 1), 1.2: (0.6, 1), 1.4: (0.2, 1)}), ladder) == 1.0
     assert choose_scale(rows_of(0.9, {0.8: (0.6, 1), 1.0: (0.5, 1), 1.2: (0.6, 1), 1.4: (0.2, 1)}), ladder) == 0.8
-    # Nothing keeps the PID's CSR: the model stays as it is.
-    assert (
-        choose_scale(rows_of(1.0, {0.8: (0.6, 0.9), 1.0: (0.5, 0.9), 1.2: (0.6, 0.9), 1.4: (0.2, 0.9)}), ladder) == 1.0
-    )
+    # Nothing keeps the PID's CSR: no choice (the model is refused); --force-unsafe takes the nearest CSR, then ANS.
+    unfit = rows_of(1.0, {0.8: (0.6, 0.8), 1.0: (0.5, 0.9), 1.2: (0.6, 0.9), 1.4: (0.2, 0.9)})
+    assert choose_scale(unfit, ladder) is None and nearest_scale(unfit, ladder) == 1.2
 
 
 def test_the_card_carries_a_scale_in_range_and_the_served_version_follows_it(exported: Exported):

@@ -199,7 +199,7 @@ def test_cli_exports_the_planner_and_refuses_what_it_cannot_do(exported: Exporte
     again = runner.invoke(app, ["export", "--plan", str(exported.market), "--setting", SETTING, "--out", str(out)])
     assert again.exit_code == 2 and "--force" in again.output
     for args, message in [
-        (["--out", str(tmp_path / "a")], "give --run RUN (repeatable) or --plan MARKET"),
+        (["--out", str(tmp_path / "a")], "give --run RUN (repeatable), --plan MARKET or --controller pid|rm MARKET"),
         (["--plan", str(exported.market), "--run", str(exported.hard_run), "--out", str(tmp_path / "b")], "one of"),
         (["--plan", str(exported.market), "--out", str(tmp_path / "c")], "--plan needs --setting"),
         (["--run", str(exported.hard_run), "--setting", "sc", "--out", str(tmp_path / "d")], "a run's setting"),

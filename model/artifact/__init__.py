@@ -16,6 +16,12 @@ A **planner** model (``kind: planner``, ``rcb export --plan MARKET``) has no net
 train days' slot curves and the card the tuned parameters of :mod:`model.planner`'s law, which decides each slot
 (numpy, no graph, no features read: ``features`` is empty and ``obs_dim`` 0).
 
+A **controller** model (``kind: controller``, ``rcb export --controller pid|rm MARKET``) has no file but its card:
+the card's ``controller`` section is a PID (:class:`model.controller.ControllerGains`) or a constant ratio (RM)
+tuned on a market's train days, which decides each slot from the campaign's stats; it is its own fallback and the
+shield never moves its ratio. Any card may name a ``safety_controller``, the served market's PID the shield and the
+fallback run around (``rcb calibrate``), apart from the training market's PID a residual policy corrects.
+
 The package, one concept a module (each imports only those before it):
 
 * :mod:`~model.artifact.errors`: :class:`ArtifactError`, what every refusal raises;
@@ -31,13 +37,16 @@ It needs numpy, pydantic and onnxruntime only (onnxruntime once a model is loade
 
 from model.artifact.card import (
     BID_SCALE_RANGE,
+    CONTROLLER_LAWS,
     FORMAT,
     FORMAT_VERSION,
     OLD_VERSIONS,
+    OPEN_BAND,
     RECORD_FIELDS,
     REGISTRATION_FIELDS,
     ActionRange,
     BidScaleInfo,
+    ControllerInfo,
     FeatureSpec,
     ModelCard,
     PlannerInfo,
@@ -70,12 +79,14 @@ __all__ = [
     "BATCH",
     "BID_SCALE_RANGE",
     "CARD_FILE",
+    "CONTROLLER_LAWS",
     "ENCODER_FILE",
     "FORMAT",
     "FORMAT_VERSION",
     "LENGTH",
     "MAX_STEPS",
     "OLD_VERSIONS",
+    "OPEN_BAND",
     "POLICY_FILE",
     "RECORD_FIELDS",
     "REGISTRATION_FIELDS",
@@ -84,6 +95,7 @@ __all__ = [
     "Artifact",
     "ArtifactError",
     "BidScaleInfo",
+    "ControllerInfo",
     "EvaluationInfo",
     "FeatureSpec",
     "GraphSpec",

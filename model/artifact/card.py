@@ -39,7 +39,7 @@ from model.artifact.graphs import (
 )
 from model.artifact.lineage import EvaluationInfo, TrainingInfo
 from model.contract import RATIO_MAX, RATIO_MIN, Setting
-from model.controller import ControllerGains
+from model.controller import GAIN_FIELDS, RATIO_FLOOR, ConstantRatio, Controller, ControllerGains
 from model.features import CONTROLLER_FEATURE, feature_set
 from model.history import SLOT_STATS
 from model.planner import EDGE_ALERT, MISFIT_ALERT
@@ -95,6 +95,79 @@ class PlannerInfo(_Strict):
     misfit_alert: float = Field(default=MISFIT_ALERT, gt=0, allow_inf_nan=False)
     """When a campaign counts as out of the planner's depth (:class:`model.planner.Depth`): calibrated at export on
     the train days, each played without its own scenario (:func:`model.planner.calibrated_alerts`)."""
+
+
+# --- Controllers tuned on a market ----------------------------------------------------------------------------
+
+
+CONTROLLER_LAWS: Final = ("pid", "rm")
+"""The laws a card's controller may name: the PID law of :mod:`model.controller` and the constant ratio (RM)."""
+
+
+class ControllerInfo(_Strict):
+    """A controller tuned on a market's train days (:func:`training.bidders.tuned.tuned_baseline`, the tuning ``rcb
+    evaluate`` plays as ``pid`` or ``rm``): its law, its parameters and the days that tuned them.
+
+    On a ``kind: controller`` card it is the model itself (``controller``); on any card it may be the controller the
+    safety shield and the fallback run around (``safety_controller``, a PID: the band reads its budget plan)."""
+
+    law: Literal["pid", "rm"]
+    """``pid``: :class:`model.controller.ControllerGains`; ``rm``: :class:`model.controller.ConstantRatio`."""
+    gains: dict[str, float]
+    """``pid``: the :data:`model.controller.GAIN_FIELDS`; ``rm``: ``{"ratio": r}``."""
+    traffic_profile: tuple[float, ...] | None = None
+    """``pid``: the train days' share of a day's auctions per slot, the budget loop's plan (required); ``rm``: none."""
+    market: str = Field(min_length=1)
+    """The market whose train days tuned it (its directory, as given)."""
+    data_fingerprint: str = Field(min_length=1)
+    """Those train days' fingerprint (:meth:`training.market.dataset.Market.split_fingerprint`)."""
+    tuned_on: Literal["train"] = "train"
+    """The split that tuned it: the market's train days."""
+    train_score: float | None = None
+    """The tuning's mean score on those days (a record, as the tuning cache keeps it)."""
+    chosen_by: str = "training.bidders.tuned"
+    """What wrote it: ``rcb export --controller``, ``rcb calibrate``, or a person."""
+
+    @model_validator(mode="after")
+    def _runs(self) -> ControllerInfo:
+        try:
+            self.law_controller()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"the {self.law} controller cannot run: {exc}") from None
+        return self
+
+    def law_controller(self) -> Controller:
+        """The law with its parameters: what decides (a ``ValueError`` for parameters it cannot run)."""
+        if self.law == "rm":
+            if set(self.gains) != {"ratio"} or self.traffic_profile is not None:
+                raise ValueError('an rm controller has one parameter, gains {"ratio": r}, and no traffic_profile')
+            return ConstantRatio(float(self.gains["ratio"]))
+        if sorted(self.gains) != sorted(GAIN_FIELDS):
+            raise ValueError(f"a pid controller's gains are {', '.join(GAIN_FIELDS)}, not {', '.join(self.gains)}")
+        if self.traffic_profile is None:
+            raise ValueError("a pid controller needs the traffic_profile of the days that tuned it")
+        return ControllerGains.with_profile(self.traffic_profile, self.gains)
+
+    def pid_gains(self) -> ControllerGains:
+        """The PID law's gains and profile (a ``ValueError`` for an ``rm`` controller, which has none)."""
+        law = self.law_controller()
+        if not isinstance(law, ControllerGains):
+            raise ValueError("an rm controller is no PID: the shield's band is centred on a PID")
+        return law
+
+    def served(self) -> dict[str, Any]:
+        """What decides, for :meth:`ModelCard.served_sha256`: the law and its parameters (not where they were tuned,
+        a record)."""
+        return {"law": self.law, "gains": self.gains, "traffic_profile": self.traffic_profile}
+
+    def where(self) -> dict[str, Any]:
+        """Where it was tuned: what the service shows (``/readyz``, ``/ui``)."""
+        return {
+            "law": self.law,
+            "market": self.market,
+            "data_fingerprint": self.data_fingerprint,
+            "tuned_on": self.tuned_on,
+        }
 
 
 # --- The shield's band and the bid scale ------------------------------------------------------------------
@@ -166,6 +239,14 @@ class ShieldInfo(_Strict):
         return as_config(self.config)
 
 
+OPEN_BAND: Final = ShieldConfig(wide=6.0, tight=6.0, tight_above=6.0)
+"""The band around a controller model (``kind: controller``): each edge exp(6) (about 403) times the controller's
+ratio away, so for any ratio in [0.01, 4] the band spans [0.01, 4], the whole range, and the shield never moves the
+controller's own ratio. The controller is the safe law the shield exists to keep a learned policy near: served
+with the shield on or off, it bids what ``rcb evaluate``'s ``pid`` or ``rm`` rows play."""
+assert math.exp(OPEN_BAND.wide) * RATIO_FLOOR >= RATIO_MAX
+
+
 BID_SCALE_RANGE: Final = (0.25, 4.0)
 """The bid scales a card may carry: from a quarter to four times the policy's ratio."""
 
@@ -206,8 +287,9 @@ class ModelCard(_Strict):
 
     format: Literal["rcb-model"] = FORMAT
     format_version: int
-    kind: Literal["policy", "planner"] = "policy"
-    """``policy``: ONNX graphs decide; ``planner``: :mod:`model.planner` on ``scenarios.npz`` (no graph)."""
+    kind: Literal["policy", "planner", "controller"] = "policy"
+    """``policy``: ONNX graphs decide; ``planner``: :mod:`model.planner` on ``scenarios.npz`` (no graph);
+    ``controller``: the :attr:`controller` section's law (no file at all)."""
     algorithm: str
     setting: Setting
     features: tuple[FeatureSpec, ...]
@@ -241,10 +323,20 @@ class ModelCard(_Strict):
     """The safety shield to run around this model; absent: :class:`model.shield.ShieldConfig`'s defaults."""
     bid_scale: BidScaleInfo | None = None
     """A factor on the model's ratios calibrated on the served market (``rcb calibrate``); absent: 1."""
+    controller: ControllerInfo | None = None
+    """A controller model's law (``kind: controller``, ``rcb export --controller``), else None."""
+    safety_controller: ControllerInfo | None = None
+    """The PID the safety shield and the fallback run around, tuned on the market served (``rcb calibrate``); absent:
+    the training market's, ``training.controller`` (a controller model runs around itself). A residual policy's own
+    reference, what it corrects, stays ``training.controller`` either way."""
 
     @property
     def is_planner(self) -> bool:
         return self.kind == "planner"
+
+    @property
+    def is_controller(self) -> bool:
+        return self.kind == "controller"
 
     @property
     def bayesian(self) -> bool:
@@ -260,17 +352,27 @@ class ModelCard(_Strict):
         """The policy's ratio is its last one moved (relative actions, not residual: ``prev_ratio`` is its base), so a
         bid scale must be divided out of the ratios it reads back, or the factor would compound slot after slot
         (:func:`model.policy.decision_inputs`). A run whose config has no ``action_step`` bids absolute ratios."""
-        return not self.is_planner and not self.residual and float(self.training.config.get("action_step", 0.0)) > 0
+        if self.kind != "policy" or self.residual:
+            return False
+        return float(self.training.config.get("action_step", 0.0)) > 0
 
     @property
     def expected_files(self) -> tuple[str, ...]:
+        if self.is_controller:
+            return ()
         if self.is_planner:
             return (SCENARIOS_FILE,)
         return (POLICY_FILE, ENCODER_FILE) if self.bayesian else (POLICY_FILE,)
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelCard:
-        if self.is_planner:
+        if self.controller is not None and not self.is_controller:
+            raise ValueError(f"a controller section on a {self.kind} model: set kind: controller")
+        if self.safety_controller is not None and self.safety_controller.law != "pid":
+            raise ValueError("safety_controller must be a pid: the shield's band reads its ratio and budget plan")
+        if self.is_controller:
+            self._consistent_controller()
+        elif self.is_planner:
             if self.planner is None:
                 raise ValueError("a planner model (kind: planner) needs its law's parameters: planner")
             if self.features or self.obs_dim or self.latent_dim or self.transition_dim is not None:
@@ -302,16 +404,81 @@ class ModelCard(_Strict):
             )
         if sorted(self.files) != sorted(self.expected_files):
             raise ValueError(f"files must list exactly {', '.join(self.expected_files)}; got {', '.join(self.files)}")
-        try:  # the shield's and the fallback's reference: a card the service could not run them from is refused here
-            ControllerGains.with_profile(self.training.traffic_profile, self.training.controller)
+        try:  # a residual's reference and the shield's by default: a card the service could not run is refused here
+            self.reference_gains()
         except (TypeError, ValueError) as exc:
             raise ValueError(f"training.controller / traffic_profile: {exc}") from None
         return self
 
+    def _consistent_controller(self) -> None:
+        """A controller model: its law, nothing to read but the history (no features, no graph, no file), no band of
+        its own and no factor (it bids its law's ratio; the law is tuned on the market it serves instead)."""
+        if self.controller is None:
+            raise ValueError("a controller model (kind: controller) needs its law: controller")
+        if self.planner is not None:
+            raise ValueError("planner parameters on a controller model (kind: controller): set kind: planner")
+        if self.features or self.obs_dim or self.latent_dim or self.transition_dim is not None or self.opset:
+            raise ValueError("a controller model reads no features: features [], obs_dim 0, latent_dim 0, no opset")
+        if self.shield is not None or self.safety_controller is not None:
+            raise ValueError(
+                "a controller model is the shield's own reference: no shield or safety_controller section (the "
+                "shield never moves its ratio)"
+            )
+        if self.bid_scale is not None:
+            raise ValueError(
+                "a controller model bids its law's ratio: no bid_scale (tune the controller on the market served: "
+                "rcb export --controller)"
+            )
+
     def shield_config(self) -> ShieldConfig:
         """The band the service and ``shield:onnx:`` run around this model: the ``shield`` section, else the
-        defaults."""
+        defaults; a controller model's is :data:`OPEN_BAND`, the whole ratio range (the shield never moves it)."""
+        if self.is_controller:
+            return OPEN_BAND
         return self.shield.shield_config() if self.shield is not None else ShieldConfig()
+
+    def reference_gains(self) -> ControllerGains:
+        """A residual policy's reference, what it corrects: the training market's PID (``training.controller`` and
+        ``traffic_profile``), else the defaults."""
+        return ControllerGains.with_profile(self.training.traffic_profile, self.training.controller)
+
+    def safety_gains(self) -> ControllerGains:
+        """The PID the shield is centred on: the ``safety_controller`` section (the served market's PID, ``rcb
+        calibrate``); a PID controller model's own law; else the training market's (:meth:`reference_gains`). An rm
+        controller model has no PID: its band is open (:data:`OPEN_BAND`), so the one given is the training
+        section's, which never moves a ratio."""
+        if self.safety_controller is not None:
+            return self.safety_controller.pid_gains()
+        if self.controller is not None and self.controller.law == "pid":
+            return self.controller.pid_gains()
+        return self.reference_gains()
+
+    def fallback_controller(self) -> Controller:
+        """What decides when the model cannot: a controller model's own law; else the shield's PID
+        (:meth:`safety_gains`)."""
+        if self.controller is not None:
+            return self.controller.law_controller()
+        return self.safety_gains()
+
+    def safety_source(self) -> dict[str, Any]:
+        """Which controller the shield and the fallback run around and where it was tuned (what ``/readyz`` and
+        ``/ui`` show): ``source`` is ``safety_controller`` (the served market's PID, on the card by ``rcb
+        calibrate``), ``model`` (a controller model: itself), ``training`` (the training market's PID) or
+        ``defaults`` (the benchmark market's gains, a card without any)."""
+        if self.safety_controller is not None:
+            return {"source": "safety_controller", **self.safety_controller.where()}
+        if self.controller is not None:
+            return {"source": "model", **self.controller.where()}
+        if self.training.controller is not None:
+            pooled = bool(self.training.pooled_markets)
+            return {
+                "source": "training",
+                "law": "pid",
+                "market": self.training.market,
+                "data_fingerprint": None if pooled else self.training.data_fingerprint,
+                "tuned_on": "train",
+            }
+        return {"source": "defaults", "law": "pid", "market": None, "data_fingerprint": None, "tuned_on": None}
 
     def bid_scale_factor(self) -> float:
         """The factor on the model's ratios: the ``bid_scale`` section's, else 1."""
@@ -321,16 +488,23 @@ class ModelCard(_Strict):
         """sha256 of the card without the records that say how the model was made and measured
         (:data:`RECORD_FIELDS`, the shield's and the bid scale's ``chosen_by`` and ``calibration``, which
         ``record_figures`` and ``rcb calibrate`` write without changing a decision), the graphs' (or scenarios')
-        hashes included, the shield as the band it runs (:meth:`shield_config`, with :data:`SERVED_BAND_EXTRA`) and
-        the bid scale as the factor it applies (only where it is not 1). The service's model version."""
+        hashes included, the shield as the band it runs (:meth:`shield_config`, with :data:`SERVED_BAND_EXTRA`),
+        the bid scale as the factor it applies (only where it is not 1) and a controller or safety controller as
+        the law it runs (:meth:`ControllerInfo.served`: not the market that tuned it). The service's model
+        version."""
         # Fields at their defaults are left out, so a field a later version of the code adds (with a default) does
         # not rename every deployed model; the shield goes in as the band it runs, defaults and all.
         served = self.model_dump(
-            mode="json", exclude=set(RECORD_FIELDS) | {"shield", "bid_scale"}, exclude_defaults=True
+            mode="json",
+            exclude=set(RECORD_FIELDS) | {"shield", "bid_scale", "controller", "safety_controller"},
+            exclude_defaults=True,
         )
         served["shield"] = {**asdict(self.shield_config()), **SERVED_BAND_EXTRA}
         if self.bid_scale_factor() != 1.0:
             served["bid_scale"] = self.bid_scale_factor()
+        for name in ("controller", "safety_controller"):  # the law that decides, not where it was tuned
+            if (info := getattr(self, name)) is not None:
+                served[name] = info.served()
         return hashlib.sha256(json.dumps(served, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def policy_spec(self) -> GraphSpec:
@@ -404,7 +578,9 @@ def parse_card(path: Path, data: bytes) -> ModelCard:
         raise ArtifactError(f"{path}: invalid model card: {problems}") from None
     except (TypeError, OverflowError) as exc:  # a validator meeting a value of a type it did not expect
         raise ArtifactError(f"{path}: invalid model card: {type(exc).__name__}: {exc}") from None
-    if card.is_planner:
+    if card.is_controller:
+        pass  # its law was checked with the card: it reads the history alone, no features
+    elif card.is_planner:
         assert card.planner is not None
         if card.planner.version != PLANNER_VERSION:
             raise ArtifactError(

@@ -32,14 +32,14 @@ class TrainingInfo(BaseModel):
     """The epoch whose actor was exported (the best on validation days; -1: the untrained policy of a
     ``--start-at-controller`` run, which bids its controller)."""
     traffic_profile: tuple[float, ...] | None = None
-    """Mean share of a day's auctions in each of the 48 slots over the train days: the safety shield's and the
-    fallback controller's budget pacing plan (uniform where absent)."""
+    """Mean share of a day's auctions in each of the 48 slots over the train days: :attr:`controller`'s budget
+    pacing plan (uniform where absent)."""
     members: list[str] = Field(default_factory=list)
     """An ensemble's runs (``rcb export --run A --run B ...``: the median of their log-ratios); empty: one run."""
     controller: dict[str, float] | None = None
-    """The PID law's gains tuned on the train days (``model.controller.GAIN_FIELDS``): the safety shield's and
-    the fallback controller's reference, so both fit the market the model was trained on (the benchmark's
-    defaults where absent)."""
+    """The PID law's gains tuned on the train days (``model.controller.GAIN_FIELDS``): the reference a residual
+    policy corrects, and the controller the safety shield and the fallback run around unless the card names a
+    ``safety_controller`` (the served market's PID); the benchmark's defaults where absent."""
     epochs: int = Field(ge=0)
     config: dict[str, Any]
     initialized_from: dict[str, Any] | None = None

@@ -3,7 +3,8 @@
 The loader refuses anything it would not serve correctly, with an :class:`~model.artifact.errors.ArtifactError`
 naming the problem: a card this code cannot read (:func:`model.artifact.card.read_card`), a missing or replaced
 file, a graph whose inputs and outputs are not the contract's (:mod:`model.artifact.graphs`), a graph that fails on
-inputs the contract allows, a planner's scenarios that do not match its card.
+inputs the contract allows, a planner's scenarios that do not match its card. A controller model (``kind:
+controller``) has no file beside its card: its law is the card's ``controller`` section, checked with the card.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def _load(directory: Path, intra_op_threads: int) -> Artifact:
         files[name] = path.read_bytes()
         if hashlib.sha256(files[name]).hexdigest() != card.files[name]:
             raise ArtifactError(f"{path}: corrupted or replaced (sha256 differs from {CARD_FILE})")
+    if card.is_controller:
+        assert card.controller is not None  # validated with the card, law and parameters alike
+        law = card.controller.law_controller()
+        return Artifact(directory, card, None, None, card_sha256=card_sha256, controller=law)
     if card.is_planner:
         planner = _planner(directory / SCENARIOS_FILE, files[SCENARIOS_FILE], card)
         return Artifact(directory, card, None, None, planner, card_sha256=card_sha256)

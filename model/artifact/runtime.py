@@ -14,7 +14,7 @@ import numpy as np
 from model.artifact.card import ModelCard
 from model.artifact.errors import ArtifactError
 from model.artifact.graphs import MAX_STEPS
-from model.controller import ControllerGains
+from model.controller import Controller, ControllerGains
 from model.planner import TunedPlanner
 from model.sampling import sample_posterior
 from model.shield import ShieldConfig
@@ -32,6 +32,7 @@ class Artifact:
         planner: TunedPlanner | None = None,
         *,
         card_sha256: str,
+        controller: Controller | None = None,
     ):
         self.directory = directory
         self.card = card
@@ -42,15 +43,28 @@ class Artifact:
         self._encoder = encoder
         self.planner = planner
         """A planner model's law (``kind: planner``; no graphs), else None."""
+        self.controller = controller
+        """A controller model's law (``kind: controller``; no file), else None."""
 
     @property
     def bayesian(self) -> bool:
         return self.card.bayesian
 
     def controller_gains(self) -> ControllerGains:
-        """The safety shield's and the fallback controller's reference: the PID gains and traffic profile of the
-        model's train days where the card has them, else the defaults (what the service and ``shield:onnx:`` run)."""
-        return ControllerGains.with_profile(self.card.training.traffic_profile, self.card.training.controller)
+        """The PID the safety shield runs around (what the service and ``shield:onnx:`` run): the card's
+        ``safety_controller`` (the served market's PID), a PID controller model's own law, else the training
+        market's PID where the card has it, else the defaults (:meth:`ModelCard.safety_gains`)."""
+        return self.card.safety_gains()
+
+    def reference_gains(self) -> ControllerGains:
+        """A residual policy's reference, the controller it corrects: the training market's PID
+        (:meth:`ModelCard.reference_gains`), whatever the shield runs around."""
+        return self.card.reference_gains()
+
+    def fallback_controller(self) -> Controller:
+        """What the service bids when the model cannot decide: a controller model's own law, else the shield's PID
+        (:meth:`ModelCard.fallback_controller`)."""
+        return self.card.fallback_controller()
 
     def shield_config(self) -> ShieldConfig:
         """The band the service and ``shield:onnx:`` run around this model (:meth:`ModelCard.shield_config`)."""
@@ -58,7 +72,7 @@ class Artifact:
 
     @property
     def residual(self) -> bool:
-        """The policy reads the reference controller's ratio (:meth:`controller_gains`) and corrects it."""
+        """The policy reads the reference controller's ratio (:meth:`reference_gains`) and corrects it."""
         return self.card.residual
 
     @property
@@ -93,7 +107,7 @@ class Artifact:
     def act(self, obs: np.ndarray, z: np.ndarray | None = None) -> np.ndarray:
         """The deterministic ratio ``(n,)`` float32 in [0, 4] for ``obs (n, F)`` (and ``z (n, latent)`` if Bayesian)."""
         if self._policy is None:
-            raise ArtifactError(f"{self.directory}: a planner model has no policy graph (model.planner decides)")
+            raise ArtifactError(f"{self.directory}: a {self.card.kind} model has no policy graph (its law decides)")
         obs = np.ascontiguousarray(obs, dtype=np.float32)
         if obs.ndim != 2 or obs.shape[1] != self.card.obs_dim:
             raise ValueError(f"obs must be (n, {self.card.obs_dim}); got {obs.shape}")

@@ -1,11 +1,15 @@
 """`rcb export --run RUN --out MODEL_DIR`: a training run's best policy as ONNX + model card (docs/model-artifact.md).
 
 `rcb export --plan MARKET --setting mc --out MODEL_DIR`: the planner (model/planner.py) on the market's train days,
-its parameters tuned there, as a model the service and `rcb evaluate onnx:MODEL_DIR` run like any other."""
+its parameters tuned there, as a model the service and `rcb evaluate onnx:MODEL_DIR` run like any other.
+
+`rcb export --controller pid|rm MARKET --setting mc --out MODEL_DIR`: the PID (or RM's constant ratio) tuned on the
+market's train days as a controller model (no file but its card), what `rcb evaluate` plays as `pid` (or `rm`)."""
 
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +20,13 @@ from rcb.commands.common import check_output_dir, fail, print_json, progress, us
 
 # training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
 # of it (rcb/cli.py).
+
+
+class ControllerLaw(StrEnum):
+    """The controllers ``--controller`` exports (:data:`model.artifact.CONTROLLER_LAWS`)."""
+
+    pid = "pid"
+    rm = "rm"
 
 
 def _steps(run: Path) -> int:
@@ -66,25 +77,41 @@ def export_command(
             " tuned there as rcb evaluate tunes 'plan' (needs --setting).",
         ),
     ] = None,
+    controller: Annotated[
+        tuple[ControllerLaw, Path] | None,
+        typer.Option(
+            "--controller",
+            metavar="pid|rm MARKET",
+            help="A controller and a market directory: export the PID (pid) or the constant ratio (rm) tuned on the"
+            " market's train days as a controller model, as rcb evaluate tunes 'pid' or 'rm' (needs --setting).",
+        ),
+    ] = None,
     setting: Annotated[
-        Setting | None, typer.Option("--setting", help="sc or mc: the setting the planner is tuned for (--plan).")
+        Setting | None,
+        typer.Option("--setting", help="sc or mc: the setting the planner or the controller is tuned for."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite a model artifact already in OUT.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the export summary as JSON.")] = False,
 ) -> None:
     """Export the run's best actor (and CBRL's posterior encoder) to ONNX, checked against torch; or, with --plan,
-    the planner on a market's train days."""
+    the planner on a market's train days; or, with --controller, a controller tuned on a market's train days."""
     from training.export.destination import ExportError, check_destination
     from training.export.onnx import export_ensemble, export_run
     from training.files import built_in
     from training.rl.runs import RunError, run_body
 
-    if bool(runs) == (plan is not None):
-        raise fail("give --run RUN (repeatable) or --plan MARKET, one of the two")
+    if sum((bool(runs), plan is not None, controller is not None)) != 1:
+        raise fail("give --run RUN (repeatable), --plan MARKET or --controller pid|rm MARKET, one of the three")
     if plan is not None and setting is None:
         raise fail("--plan needs --setting sc or mc (the planner is tuned for one)")
-    if plan is None and setting is not None:
-        raise fail("--setting is the planner's (--plan); a run's setting is its own")
+    if controller is not None and setting is None:
+        raise fail("--controller needs --setting sc or mc (the controller is tuned for one)")
+    if plan is None and controller is None and setting is not None:
+        raise fail("--setting is the planner's (--plan) or the controller's (--controller); a run's setting is its own")
+    if controller is not None:
+        assert setting is not None
+        _export_controller(str(controller[0]), controller[1], setting, out, force, as_json)
+        return
     if plan is not None:
         assert setting is not None
         _export_plan(plan, setting, out, force, as_json)
@@ -187,4 +214,47 @@ def _export_plan(market: Path, setting: Setting, out: Path, force: bool, as_json
             f"exported the planner ({card.setting}) on {card.planner.train_days} train days of {market} to {out}:"
             f" {', '.join(files)} ({size / 1024:.0f} KiB), margin {card.planner.margin:g}, cost sd"
             f" {card.planner.cost_sd:g} (train score {card.planner.train_score:.3f})"
+        )
+
+
+def _export_controller(law: str, market: Path, setting: Setting, out: Path, force: bool, as_json: bool) -> None:
+    from training.export.controller import check_controller_export, export_controller
+    from training.export.destination import ExportError
+    from training.files import built_in
+    from training.market.dataset import MarketError
+
+    steps = {"tuning": 0, "parity": 1}
+    with user_errors():
+        try:
+            check_output_dir(out)
+            check_output_dir(built_in(out), "--out's directory")
+            check_controller_export(market, out, force)  # refused before the bar is drawn
+            with progress(quiet=as_json) as bar:
+                task = bar.add_task(f"exporting the {law}: tuning on the train days", total=len(steps))
+
+                def step(name: str) -> None:
+                    bar.update(task, description=f"exporting the {law}: {name}", completed=steps[name])
+
+                card = export_controller(market, law, setting, out, force=force, progress=step)
+                bar.update(task, description=f"exporting the {law}: done", completed=len(steps))
+        except (ExportError, MarketError) as exc:
+            raise fail(str(exc)) from None
+    assert card.controller is not None
+    info = card.controller
+    summary = {
+        "out": str(out),
+        "algorithm": card.algorithm,
+        "kind": card.kind,
+        "setting": str(card.setting),
+        "files": sorted(p.name for p in out.iterdir()),
+        "controller": info.model_dump(mode="json", exclude={"traffic_profile"}),
+        "parity": card.parity,
+    }
+    if as_json:
+        print_json(summary)
+    else:
+        params = ", ".join(f"{k} {v:.4g}" for k, v in info.gains.items())
+        typer.echo(
+            f"exported the {law} ({card.setting}) tuned on the train days of {market} to {out}: {params} (train score"
+            f" {info.train_score:.3f})"
         )

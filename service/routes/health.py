@@ -44,6 +44,8 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
         "shield": settings.shield,
         "shield_config": asdict(runner.shield_config) if settings.shield and artifact is not None else None,
         "bid_scale": None if artifact is None else artifact.card.bid_scale_factor(),
+        # the controller the shield and the fallback run around, and the market whose train days tuned it
+        "safety_controller": runner.controller_source(),
     }
     if not (store_up and artifact is not None):
         raise ApiError(503, "not_ready", detail)

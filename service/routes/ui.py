@@ -107,10 +107,15 @@ async def status_page(
             continue
     rows = "".join(_row(s) for s in states) or "<tr><td colspan=6 class=muted>no campaign registered yet</td></tr>"
     model = html.escape(runner.version)
+    safety = runner.controller_source()
+    tuned_on = html.escape(str(safety["market"])) if safety["market"] else "the benchmark's defaults"
+    whose = "its own" if safety["source"] == "model" else "the"  # a controller model is its own fallback
+    controller = f"{whose} {html.escape(str(safety['law']))} tuned on <b>{tuned_on}</b>"
     page = f"""<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
 <title>rcb: campaigns</title><style>{STYLE}</style></head><body>
 <h2>rcb bidding service</h2>
-<p>model <b>{model}</b> · store <b>{settings.store_kind}</b> · {len(states)} campaign{"s" if len(states) != 1 else ""}
+<p>model <b>{model}</b> · shield and fallback around {controller}
+· store <b>{settings.store_kind}</b> · {len(states)} campaign{"s" if len(states) != 1 else ""}
 <span class="legend muted">· chart: <span style="color:#2563eb">ratio (0-4)</span>
 <span style="color:#2a9d5c">cumulative ROI (0-2L, dashed: L)</span></span></p>
 <table><tr><th>campaign</th><th>slot</th><th>ROI</th><th>spend</th><th>ratio now</th><th>the day so far</th></tr>

@@ -4,7 +4,9 @@ A thin user of the stateless decision step :class:`model.policy.Policy`: each sl
 the history alone (no state of its own), with the offline noise keys (:func:`model.policy.offline_keys`),
 exactly as training's ``PolicyBidder(stochastic=False)`` and the live service do. So evaluating
 ``onnx:MODEL_DIR`` reproduces the run directory's episodes, up to the float rounding between torch
-and onnxruntime (a few 1e-7 on the ratio). Torch-free: numpy and onnxruntime only.
+and onnxruntime (a few 1e-7 on the ratio). Torch-free: numpy and onnxruntime only. A planner or a controller
+model (no graph) runs its law through the same step: a controller model exported from a market plays what the
+tuned ``pid`` or ``rm`` baseline plays there.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from training.bidders.base import Bidder
 
 
 class OnnxBidder(Bidder):
-    """Deterministic ONNX policy; CBRL models act on ``z = mean + std * eps`` drawn from the posterior."""
+    """An exported model as a bidder: an ONNX policy (CBRL models act on ``z = mean + std * eps`` drawn from the
+    posterior), a planner or a controller."""
 
     name: ClassVar[str] = "onnx"
 

@@ -3,7 +3,8 @@
 A method is a baseline name (``rm``, ``pid``, ``cem``, ``plan``: tuned on the market's train days,
 :mod:`training.bidders.tuned`), a hindsight reference row (``oracle-day``, ``oracle-slot``: for scale only), a
 training run directory, ``LABEL=GLOB`` (one method's training runs, one per seed), ``ensemble:LABEL=GLOB`` (those
-runs as one bidder) or an exported model ``onnx:MODEL_DIR`` (``rcb export``); ``shield:METHOD`` plays METHOD
+runs as one bidder) or an exported model ``onnx:MODEL_DIR`` (``rcb export``: a policy, a planner or a controller,
+each played as the service plays it); ``shield:METHOD`` plays METHOD
 behind the safety shield (:mod:`training.evaluation.shielding`). Here: the syntax (:func:`parse_methods`, the
 prefixes, the labels rows carry), the training runs behind a method, and the factories of its bidder
 (:func:`method_bidder`). A training run's actor needs torch: :func:`run_bidder` and :func:`ensemble_bidder` import
@@ -255,10 +256,13 @@ def model_bidder(method: str, setting: Setting) -> tuple[Bidder, dict[str, Any]]
     card = bidder.artifact.card
     if card.setting != setting:
         raise EvaluationError(f"{method} was trained for {card.setting}, not {setting}")
-    record = {
+    record: dict[str, Any] = {
         "algo": card.algorithm,
+        "kind": card.kind,
         "best_validation_score": card.evaluation.best_validation_score,
         "source_run": card.source_run,
         "format_version": card.format_version,
+        # the controller its shield and fallback run around, and the market that tuned it
+        "safety_controller": card.safety_source(),
     }
     return bidder, record

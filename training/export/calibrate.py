@@ -1,24 +1,28 @@
-"""Calibrate a model's bid scale on the market it will serve: ``rcb calibrate MODEL MARKET --out DIR``.
+"""Calibrate a model on the market it will serve: ``rcb calibrate MODEL MARKET --out DIR``.
 
 A model trained on one market and served on another (the shipped ``models/default`` on a user's own logs) bids
-where its training market taught it to, around a controller tuned there. Its ratios times a factor ``m`` may fit the
-served market better; the served market's own train days, which the model never saw, can say which. The rule:
+where its training market taught it to, and its card's controller, the one the shield and the fallback run around,
+is its training market's PID. On the served market both may be wrong: the served market's own train days, which the
+model never saw, say how far. The rule:
 
-1. Each ``m`` of :data:`LADDER` is played on MARKET's train days behind the model's shield (the card's band around
-   the card's controller: the scaled ratio is what the shield bounds), as the service would run it, 5 seeds; the
-   market's PID, tuned on the same days, once.
-2. Eligible: the ``m`` whose CSR is at least the PID's there. Chosen: the eligible ``m`` with the highest median
+1. MARKET's PID is tuned on its train days (the tuning ``rcb evaluate`` plays as ``pid``). It becomes the copy's
+   ``safety_controller``: the controller its shield and its fallback run around, so the shield keeps the model
+   near a controller that fits the market served. A residual policy still corrects its own reference, its training
+   market's PID (``training.controller``), which is what it learned to correct.
+2. Each factor ``m`` of :data:`LADDER` on the model's ratios is played on those days behind the model's band
+   centred on that PID, as the service would run the copy, 5 seeds; the PID once.
+3. Eligible: the ``m`` whose CSR is at least the PID's there. Chosen: the eligible ``m`` with the highest median
    ANS; a tie goes to the ``m`` nearest 1.
+4. No factor eligible: the model cannot hold the market's ROI even behind the shield, and the copy is refused
+   (:class:`ModelUnfit`, which names the controller model to serve instead). ``force_unsafe`` writes it anyway, with
+   the factor whose CSR comes nearest the PID's (:func:`nearest_scale`), and its card says so.
 
 The chosen factor goes on a copy of the model as its card's ``bid_scale`` section, which the service and
-``onnx:MODEL_DIR`` apply to every ratio before the shield (``model.policy.Policy``). The graphs are untouched; the
-card's served hash, so the model's version in the service, changes with the factor. The model's own train days are
-refused: there the factor would be chosen on the days the model was selected on.
-
-Measured (RESULTS.md), each market's calibrated copy against the model as shipped, both behind the shield, on
-held-out days: on a suite generated with seed 1 +0.000 to +0.025 median ANS on all 8 MC rows (summed +0.094; `sparse`
-+0.024 / +0.020, `shifted` +0.010 / +0.025), the shield's bound held on every row; on the suite of record `shifted`
-and `volatile` +0.015 to +0.024, `sparse` +0.002 to +0.004.
+``onnx:MODEL_DIR`` apply to every ratio before the shield (``model.policy.Policy``), and the PID as its
+``safety_controller``. The graphs are untouched; the card's served hash, so the model's version in the service,
+changes with the factor and the controller. The model's own train days are refused: there the factor would be chosen
+on the days the model was selected on. A controller model is refused: it is tuned on a market, not calibrated to
+one (``rcb export --controller``).
 """
 
 from __future__ import annotations
@@ -32,11 +36,11 @@ from typing import Any
 
 import pandas as pd
 
-from model.artifact import CARD_FILE, Artifact, BidScaleInfo, ModelCard, load_artifact
+from model.artifact import CARD_FILE, Artifact, BidScaleInfo, ControllerInfo, ModelCard, load_artifact
 from training.bidders.onnx import OnnxBidder
 from training.bidders.shielded import ShieldedBidder
-from training.bidders.tuned import tuned_baseline
 from training.evaluation.evaluate import episode_rows, split_days, summarize
+from training.export.controller import market_controller
 from training.files import atomic_write_text, built_beside
 from training.market.dataset import Market, MarketError
 
@@ -54,7 +58,12 @@ Progress = Callable[[str], None]
 
 
 class CalibrationError(ValueError):
-    """A model or market the calibration cannot use (said in one line)."""
+    """A model or market the calibration cannot use (said in one line): bad input."""
+
+
+class ModelUnfit(Exception):
+    """No factor holds the market's PID's CSR: the model is not written (said in one line, which names what to serve
+    instead). Not a :class:`CalibrationError`: the input is fine, the model does not fit the market."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,7 @@ class BidCalibration:
     """What the rule saw on the served market's train days and what it chose."""
 
     scale: float
+    """The chosen factor; where none holds the PID's CSR, the one nearest to (:func:`nearest_scale`)."""
     rows: dict[str, dict[str, float]]
     """``pid`` and ``m=M`` per factor: median ANS (``ans``) and mean CSR (``csr``)."""
     days: int
@@ -69,17 +79,38 @@ class BidCalibration:
     data_fingerprint: str
     seeds: int
     """Seeds each factor was played with (1 where the shielded model is deterministic)."""
+    safety_controller: ControllerInfo | None = None
+    """The market's PID tuned on its train days: what the copy's shield and fallback run around."""
+    holds: bool = True
+    """Some factor holds the PID's CSR (:attr:`scale` is the rule's choice); False: none does."""
 
     def record(self) -> dict[str, Any]:
         """The card's ``bid_scale.calibration``: the rule, the figures it read and the choice."""
         return {
-            "rule": "training/export/calibrate.py: CSR at least the PID's, best median ANS, ties to the nearest 1",
+            "rule": "training/export/calibrate.py: behind the model's band, CSR at least the market PID's, best median "
+            "ANS, ties to the nearest 1",
             "split": SPLIT,
             "days": self.days,
             "seeds": self.seeds,
             "rows": {name: {k: round(v, 4) for k, v in row.items()} for name, row in self.rows.items()},
             "scale": self.scale,
+            "holds_pid_csr": self.holds,
+            "shield_centred_on": "the market's PID" if self.safety_controller is not None else "the model's controller",
         }
+
+    def best_csr(self) -> tuple[float, float]:
+        """The factor whose CSR comes nearest the PID's, and that CSR."""
+        scale = nearest_scale(self.rows, tuple(m for m in LADDER if row_name(m) in self.rows))
+        return scale, self.rows[row_name(scale)]["csr"]
+
+    def refusal(self, model_dir: Path | str, setting: str) -> str:
+        """The one line that says the model cannot hold the market's ROI, with the command to serve its PID instead."""
+        scale, csr = self.best_csr()
+        return (
+            f"{model_dir} cannot hold {self.market}'s ROI: best CSR {csr:.2f} (bid scale {scale:g}) against the PID's"
+            f" {self.rows[REFERENCE]['csr']:.2f} on its {self.days} train days behind the shield; serve the PID"
+            f" instead: rcb export --controller pid {self.market} --setting {setting} --out DIR"
+        )
 
 
 def row_name(scale: float) -> str:
@@ -87,15 +118,26 @@ def row_name(scale: float) -> str:
     return f"m={scale:g}"
 
 
-def choose_scale(rows: dict[str, dict[str, float]], ladder: tuple[float, ...] = LADDER) -> float:
-    """The rule (module docstring) on the rows ``pid`` and ``m=M``: the best eligible factor, ties to the nearest 1.
-    1 is always a candidate: when no factor is eligible the model stays as it is."""
+def eligible_scales(rows: dict[str, dict[str, float]], ladder: tuple[float, ...] = LADDER) -> list[float]:
+    """The factors whose CSR is at least the PID's (to :data:`CSR_TOLERANCE`)."""
     pid_csr = rows[REFERENCE]["csr"]
-    eligible = [m for m in ladder if rows[row_name(m)]["csr"] >= pid_csr - CSR_TOLERANCE]
+    return [m for m in ladder if rows[row_name(m)]["csr"] >= pid_csr - CSR_TOLERANCE]
+
+
+def choose_scale(rows: dict[str, dict[str, float]], ladder: tuple[float, ...] = LADDER) -> float | None:
+    """The rule (module docstring) on the rows ``pid`` and ``m=M``: the best eligible factor, ties to the nearest 1;
+    None when no factor holds the PID's CSR (the model does not fit the market)."""
+    eligible = eligible_scales(rows, ladder)
     if not eligible:
-        return 1.0
+        return None
     best = max(rows[row_name(m)]["ans"] for m in eligible)
     return min((m for m in eligible if rows[row_name(m)]["ans"] == best), key=lambda m: (abs(m - 1.0), m))
+
+
+def nearest_scale(rows: dict[str, dict[str, float]], ladder: tuple[float, ...] = LADDER) -> float:
+    """The factor whose CSR comes nearest the PID's: the highest CSR, then the highest median ANS, then the factor
+    nearest 1 (what ``--force-unsafe`` writes when none holds it)."""
+    return min(ladder, key=lambda m: (-rows[row_name(m)]["csr"], -rows[row_name(m)]["ans"], abs(m - 1.0), m))
 
 
 def calibrate(
@@ -104,10 +146,12 @@ def calibrate(
     seeds: int = SEEDS,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
+    keep_controller: bool = False,
 ) -> tuple[BidCalibration, pd.DataFrame]:
     """Play every factor of :data:`LADDER` on ``market_dir``'s train days behind ``model_dir``'s shield (module
-    docstring); the choice and the episodes (rows ``pid`` and ``m=M``). ``warn``: told what could not be checked."""
-    return play_ladder(prepare(model_dir, market_dir, warn), seeds, progress)
+    docstring); the choice and the episodes (rows ``pid`` and ``m=M``). ``warn``: told what could not be checked.
+    ``keep_controller``: :func:`play_ladder`'s."""
+    return play_ladder(prepare(model_dir, market_dir, warn), seeds, progress, keep_controller)
 
 
 @dataclass(frozen=True)
@@ -126,6 +170,12 @@ def prepare(model_dir: Path, market_dir: Path, warn: Callable[[str], None] | Non
     train days) before anything is played, so a command can check first and draw its progress bar after."""
     artifact = load_artifact(model_dir)
     card = artifact.card
+    if card.is_controller:
+        raise CalibrationError(
+            f"{model_dir} is a controller model ({card.algorithm}, tuned on {card.training.market}): a controller is "
+            f"tuned on the market it serves, not calibrated to it; rcb export --controller {card.algorithm} "
+            f"{market_dir} --setting {card.setting} --out DIR"
+        )
     market = Market.open(market_dir)
     if not market.split(SPLIT):
         raise CalibrationError(f"{market_dir} has no train days: the rule reads the served market's train days")
@@ -145,16 +195,26 @@ def prepare(model_dir: Path, market_dir: Path, warn: Callable[[str], None] | Non
 
 
 def play_ladder(
-    inputs: CalibrationInputs, seeds: int = SEEDS, progress: Progress | None = None
+    inputs: CalibrationInputs, seeds: int = SEEDS, progress: Progress | None = None, keep_controller: bool = False
 ) -> tuple[BidCalibration, pd.DataFrame]:
-    """The rule's plays (module docstring) on checked inputs: the choice and the episodes."""
+    """The rule's plays (module docstring) on checked inputs: the choice and the episodes. ``keep_controller``: the
+    shield stays around the model's own controller (:meth:`model.artifact.Artifact.controller_gains`) and no
+    ``safety_controller`` is chosen: a candidate for markets of the training market's kind, where the band around the
+    card's controller scores higher (RESULTS.md)."""
     artifact, market, market_dir, fingerprint = inputs.artifact, inputs.market, inputs.market_dir, inputs.fingerprint
     card = artifact.card
     days, train = split_days(market, SPLIT, card.setting)
-    pid, _ = tuned_baseline(market, REFERENCE, card.setting, train)
+    market_pid, pid, _ = market_controller(market, REFERENCE, card.setting, train, chosen_by=CHOSEN_BY)
+    # the market as the user named it, as bid_scale records it
+    safety: ControllerInfo | None = (
+        None if keep_controller else market_pid.model_copy(update={"market": str(market_dir)})
+    )
     played = days.play(pid, 0)
     frames = [episode_rows(REFERENCE, 0, days, played.delivery, played.cost)]
-    gains, config = artifact.controller_gains(), card.shield_config()
+    # the copy's shield, as the service and shield:onnx: will run it: the card's band around the market's PID (or,
+    # keeping the controller, around the card's own)
+    gains = artifact.controller_gains() if safety is None else safety.pid_gains()
+    config = card.shield_config()
     bidders = {scale: ShieldedBidder(OnnxBidder(artifact, bid_scale=scale), gains, config) for scale in LADDER}
     played_seeds = 1 if next(iter(bidders.values())).deterministic else seeds  # the model's, any factor
     for scale, bidder in bidders.items():
@@ -167,7 +227,17 @@ def play_ladder(
     names = [REFERENCE, *(row_name(m) for m in LADDER)]
     summary = summarize(episodes, names)
     rows = {name: {"ans": float(summary[name]["ans_median"]), "csr": float(summary[name]["csr"])} for name in names}
-    chosen = BidCalibration(choose_scale(rows), rows, len(days), str(market_dir), fingerprint, played_seeds)
+    choice = choose_scale(rows)
+    chosen = BidCalibration(
+        nearest_scale(rows) if choice is None else choice,
+        rows,
+        len(days),
+        str(market_dir),
+        fingerprint,
+        played_seeds,
+        safety_controller=safety,
+        holds=choice is not None,
+    )
     return chosen, episodes
 
 
@@ -203,11 +273,22 @@ def check_destination(model_dir: Path, out: Path, force: bool = False) -> None:
             raise CalibrationError(f"{out} already holds a model; pass --force to overwrite it")
 
 
-def write_calibrated(model_dir: Path, out: Path, calibration: BidCalibration, force: bool = False) -> ModelCard:
-    """Copy ``model_dir`` to ``out`` with the chosen factor as its card's ``bid_scale`` (graphs untouched)."""
+def write_calibrated(
+    model_dir: Path,
+    out: Path,
+    calibration: BidCalibration,
+    force: bool = False,
+    force_unsafe: bool = False,
+    setting: str | None = None,
+) -> ModelCard:
+    """Copy ``model_dir`` to ``out`` with the chosen factor as its card's ``bid_scale`` and the market's PID as its
+    ``safety_controller`` (graphs untouched). A calibration where no factor holds the PID's CSR raises
+    :class:`ModelUnfit` and writes nothing, unless ``force_unsafe``."""
     out = Path(out)
-    check_destination(model_dir, out, force)
     card = ModelCard.model_validate_json((Path(model_dir) / CARD_FILE).read_text())
+    if not calibration.holds and not force_unsafe:
+        raise ModelUnfit(calibration.refusal(model_dir, setting or str(card.setting)))
+    check_destination(model_dir, out, force)
     info = BidScaleInfo(
         scale=calibration.scale,
         chosen_by=CHOSEN_BY,
@@ -217,7 +298,10 @@ def write_calibrated(model_dir: Path, out: Path, calibration: BidCalibration, fo
     )
     # The card's measured figures were the model's without the factor (on its training market): not this copy's.
     evaluation = card.evaluation.model_copy(update={"measured": {}})
-    updated = card.model_copy(update={"bid_scale": info, "evaluation": evaluation})
+    update: dict[str, Any] = {"bid_scale": info, "evaluation": evaluation}
+    if calibration.safety_controller is not None:
+        update["safety_controller"] = calibration.safety_controller
+    updated = card.model_copy(update=update)
     ModelCard.model_validate_json(updated.to_json())  # what is written must read back
     # A crash or a copy that does not load leaves ``out`` as it was; ``out`` is checked again under the swap's lock,
     # so a second calibration into a new ``out`` at the same time is refused rather than overwritten.
