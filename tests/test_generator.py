@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +21,16 @@ from training.market.constraints import (
     reference_spend,
 )
 from training.market.dataset import Market
-from training.market.generator import MarketConfig, config_with, diurnal_profile, generate_day, generate_market
+from training.market.generator import (
+    QUIET_OPTIONS,
+    MarketConfig,
+    check_config,
+    config_with,
+    diurnal_profile,
+    generate_day,
+    generate_market,
+    traffic_profile,
+)
 from training.replay.oracle import ORACLE_GRID, slot_oracle
 from training.replay.simulator import DayIndex
 
@@ -252,3 +263,121 @@ def test_generated_market_uses_the_named_recipe(tmp_path: Path):
             DayIndex(paper.load(entry.day)), np.random.default_rng([small.seed, entry.day, 1])
         )
         assert (entry.mc.roi_target, entry.mc.budget) == (drawn.roi_target, drawn.budget)
+
+
+def _market_digest(market: Market) -> str:
+    """sha256 over every day's arrays, split, MC constraints and regime (what a market holds, not how Parquet
+    encodes it)."""
+    digest = hashlib.sha256()
+    for entry in market.days:
+        log = market.load(entry.day)
+        for values in (log.utility, log.market_price, log.delivery, log.cost, log.slot_offsets):
+            digest.update(np.ascontiguousarray(values).tobytes())
+        digest.update(
+            json.dumps([entry.split, entry.mc.roi_target, entry.mc.budget, entry.regime], sort_keys=True).encode()
+        )
+    return digest.hexdigest()
+
+
+# What the default config and the presets draw for tiny markets (4 ID + 2 OOD days of 3,000 impressions, seed 11):
+# the options of QUIET_OPTIONS at their defaults leave each of these markets as it is without them.
+GOLDEN_DIGESTS = {
+    "default": "110d64f2f139f7f5a72c7fa2d7bb96581344dc43702c12ad0883dc0e5775a430",
+    "bench": "110d64f2f139f7f5a72c7fa2d7bb96581344dc43702c12ad0883dc0e5775a430",
+    "sparse": "7af49a5be0af6b68ca288e4097cc064101fc3cbdf2fce25d933591c3193cf075",
+    "shifted": "c25254e35a78ccf007e09115843fc61077177cf54f381f3b34aee2915f65dbba",
+    "volatile": "3a4eeb958e85d9f40bffd9abde373e0e75e17435e542fb9edccbc143cc2e6469",
+}
+CONFIG_KEYS = [
+    "base_cvr",
+    "constraints",
+    "cvr_dispersion",
+    "days_id",
+    "days_ood",
+    "diurnal_price_amplitude",
+    "id_family",
+    "impressions_per_day",
+    "ood_family",
+    "outage_traffic",
+    "prediction_noise",
+    "price_markup",
+    "price_noise",
+    "price_spike",
+    "price_utility_elasticity",
+    "seed",
+    "shock_max_slots",
+    "train_fraction",
+    "value_dispersion",
+    "value_scale",
+]
+
+
+def test_default_config_and_presets_draw_the_markets_they_always_drew(tmp_path: Path):
+    """Options added to MarketConfig leave every existing market as it was: same days, constraints and regimes, and
+    a manifest config with the same keys (the new options are written only when set)."""
+    from training.market.suite import PRESETS
+
+    for name, config in [("default", MarketConfig()), *PRESETS.items()]:
+        tiny = replace(config, days_id=4, days_ood=2, impressions_per_day=3000, seed=11)
+        market = generate_market(tmp_path / name, tiny, workers=1)
+        assert _market_digest(market) == GOLDEN_DIGESTS[name], name
+        assert sorted(market.source["config"]) == CONFIG_KEYS, name
+
+
+def test_quiet_options_are_written_only_when_set_and_read_back():
+    assert set(QUIET_OPTIONS) <= set(MarketConfig().__dataclass_fields__)
+    for name, default in QUIET_OPTIONS.items():
+        assert getattr(MarketConfig(), name) == default
+    plain = MarketConfig()
+    assert not set(QUIET_OPTIONS) & set(plain.to_dict())
+    assert MarketConfig.from_dict(json.loads(json.dumps(plain.to_dict()))) == plain
+    custom = config_with(whole_conversions=True, diurnal_traffic=0.3, utility_factor=2.0)
+    raw = json.loads(json.dumps(custom.to_dict()))
+    assert {k: raw[k] for k in QUIET_OPTIONS} == {
+        "whole_conversions": True,
+        "diurnal_traffic": 0.3,
+        "utility_factor": 2.0,
+    }
+    assert MarketConfig.from_dict(raw) == custom
+
+
+def test_whole_conversions_deliver_whole_multiples_of_the_conversion_value():
+    value_scale = 2.5
+    whole, _ = generate_day(
+        0, False, config_with(impressions_per_day=40_000, whole_conversions=True, value_scale=value_scale)
+    )
+    plain, _ = generate_day(0, False, config_with(impressions_per_day=40_000, value_scale=value_scale))
+    conversions = whole.delivery / value_scale
+    np.testing.assert_array_equal(conversions, np.round(conversions))
+    assert conversions.max() >= 2  # a Poisson count, not a coin
+    positive = plain.delivery[plain.delivery > 0] / value_scale
+    assert np.mean(positive == np.round(positive)) < 0.01  # the default delivers continuous order values
+    # same impressions and prices (the same draws up to the conversions), about the same expected delivery
+    np.testing.assert_array_equal(whole.utility, plain.utility)
+    assert whole.delivery.sum() == pytest.approx(plain.delivery.sum(), rel=0.15)
+    assert 0.002 < np.mean(whole.delivery > 0) < 0.08
+
+
+def test_utility_factor_scales_the_logged_utility_and_nothing_else():
+    base = config_with(impressions_per_day=20_000, seed=4)
+    plain, regime = generate_day(2, False, base)
+    scaled, regime_scaled = generate_day(2, False, replace(base, utility_factor=2.5))
+    assert regime == regime_scaled
+    np.testing.assert_array_equal(scaled.market_price, plain.market_price)
+    np.testing.assert_array_equal(scaled.delivery, plain.delivery)
+    np.testing.assert_allclose(scaled.utility, 2.5 * plain.utility, rtol=1e-6)
+    # a bid ratio r on the scaled log wins what 2.5 r wins on the plain one (up to float32 rounding at the edge)
+    for ratio in (0.5, 1.0, 2.0):
+        differ = (ratio / 2.5 * scaled.utility > scaled.market_price) != (ratio * plain.utility > plain.market_price)
+        assert np.mean(differ) < 1e-3
+
+
+def test_diurnal_traffic_zero_is_flat_and_out_of_range_is_refused():
+    log, regime = generate_day(0, False, config_with(impressions_per_day=200_000, diurnal_traffic=0.0))
+    counts = np.diff(log.slot_offsets) / np.asarray(regime["traffic_path"])
+    assert counts[38:44].mean() / counts[4:10].mean() == pytest.approx(1.0, abs=0.1)
+    assert traffic_profile(config_with(diurnal_traffic=0.5)).sum() == pytest.approx(1.0)
+    np.testing.assert_array_equal(traffic_profile(MarketConfig()), diurnal_profile())
+    for bad in (dict(diurnal_traffic=1.5), dict(utility_factor=0.0), dict(value_scale=-1.0)):
+        with pytest.raises(ValueError):
+            check_config(config_with(**bad))

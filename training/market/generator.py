@@ -3,10 +3,13 @@
 Every realism trait is a documented field of :class:`MarketConfig`:
 
 * **Diurnal traffic**: the expected impressions per slot follow a day curve (night trough, noon and
-  evening peaks); counts are Poisson around it.
+  evening peaks), or a flatter one (``diurnal_traffic``); counts are Poisson around it.
 * **Utility is a noisy prediction of a sparse delivery**: an impression has a value ``v`` (order
   value) and a predicted conversion rate ``p``; ``utility = v * p``. It converts with probability
-  ``p * conversion_scale * exp(noise)``, and ``delivery = v`` if it converts, else 0.
+  ``p * conversion_scale * exp(noise)``, and ``delivery = v`` if it converts, else 0. With
+  ``whole_conversions`` the delivery is instead a whole number of conversions, each worth ``value_scale``.
+* **A miscalibrated value model** (``utility_factor``): the logged utility is off by a constant factor
+  from the one prices and deliveries follow.
 * **Sparse wins**: competing prices sit a few times above the utility (``price_markup``), so at
   sensible ratios a campaign wins a small share of the traffic.
 * **Drifting price level**: the log market price has a day level, a diurnal wave and a random walk
@@ -124,9 +127,28 @@ class MarketConfig:
     id_family: RegimeFamily = ID_FAMILY
     ood_family: RegimeFamily = OOD_FAMILY
     constraints: ConstraintRecipe = field(default_factory=ConstraintRecipe)
+    whole_conversions: bool = False
+    """Deliveries in whole conversions: an impression's expected conversions are its value in units of
+    ``value_scale`` times its true conversion rate, it converts a Poisson number of times, and each conversion
+    delivers ``value_scale`` (the value of one conversion). The expected delivery is the same as without it
+    (up to the cap of the true conversion rate at 1, which a count does not have). False: an impression converts
+    at most once and delivers its own order value (continuous)."""
+    diurnal_traffic: float = 1.0
+    """Strength of the traffic's day curve, in [0, 1]: 1 = :func:`diurnal_profile`, 0 = the same expected
+    traffic in every slot; in between, a mix of the two."""
+    utility_factor: float = 1.0
+    """Multiplies the utility written to the log, and nothing else: prices and deliveries follow the unscaled
+    utility. A value model off by a constant factor; it scales the best constant ratio by ``1 / utility_factor``."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config as plain data. The options of :data:`QUIET_OPTIONS` are left out at their defaults, where
+        they leave the market process as it is without them: such a market's manifest reads the same to a reader
+        that does not know them."""
+        out = asdict(self)
+        for name, default in QUIET_OPTIONS.items():
+            if out[name] == default:
+                del out[name]
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> MarketConfig:
@@ -144,12 +166,25 @@ class MarketConfig:
         return cls(**body)
 
 
+QUIET_OPTIONS: dict[str, Any] = {"whole_conversions": False, "diurnal_traffic": 1.0, "utility_factor": 1.0}
+"""Options of :class:`MarketConfig` whose defaults draw exactly the market drawn without them (same random
+draws, same bytes), by name with their defaults; :meth:`MarketConfig.to_dict` writes them only when set."""
+
+
 def diurnal_profile() -> np.ndarray:
     """Share of a day's traffic in each slot: a night trough, a noon peak and a larger evening peak."""
     hour = (np.arange(SLOTS_PER_DAY) + 0.5) / 2.0
     curve = 0.15 + 0.8 * np.exp(-(((hour - 11.5) / 3.0) ** 2)) + 1.0 * np.exp(-(((hour - 20.5) / 2.5) ** 2))
     curve += 0.3 * np.exp(-(((hour - 15.0) / 4.0) ** 2))
     return curve / curve.sum()
+
+
+def traffic_profile(config: MarketConfig) -> np.ndarray:
+    """Share of a day's traffic in each slot: :func:`diurnal_profile` mixed with a flat day by
+    ``config.diurnal_traffic`` (1 = the day curve itself, computed as it is, so the default draws the same)."""
+    if config.diurnal_traffic == 1.0:
+        return diurnal_profile()
+    return config.diurnal_traffic * diurnal_profile() + (1.0 - config.diurnal_traffic) / SLOTS_PER_DAY
 
 
 def draw_regime(rng: np.random.Generator, family: RegimeFamily, config: MarketConfig) -> dict[str, Any]:
@@ -251,7 +286,10 @@ def generate_twin(
 def draw_impressions(day: int, rng: np.random.Generator, regime: dict[str, Any], config: MarketConfig) -> DayLog:
     """A day's impressions under ``regime``: counts, values, predictions, conversions and prices from ``rng``."""
     expected = (
-        config.impressions_per_day * regime["traffic_scale"] * diurnal_profile() * np.array(regime["traffic_path"])
+        config.impressions_per_day
+        * regime["traffic_scale"]
+        * traffic_profile(config)
+        * np.array(regime["traffic_path"])
     )
     counts = rng.poisson(expected)
     n = int(counts.sum())
@@ -261,10 +299,16 @@ def draw_impressions(day: int, rng: np.random.Generator, regime: dict[str, Any],
     predicted_cvr = np.minimum(config.base_cvr * rng.lognormal(0.0, config.cvr_dispersion, n), 0.5)
     utility = _float32_exact(value * predicted_cvr)
     utility = np.maximum(utility, np.float32(1e-9))  # float32 rounding must never reach 0
-    true_cvr = np.minimum(
-        predicted_cvr * regime["conversion_scale"] * rng.lognormal(0.0, config.prediction_noise, n), 1.0
-    )
-    delivery = _float32_exact(value * (rng.random(n) < true_cvr))
+    if config.whole_conversions:
+        unit = _float32_exact(np.asarray(config.value_scale, dtype=np.float64))
+        rate = (value / config.value_scale) * predicted_cvr * regime["conversion_scale"]
+        conversions = rng.poisson(rate * rng.lognormal(0.0, config.prediction_noise, n))
+        delivery = _float32_exact(unit * conversions)
+    else:
+        true_cvr = np.minimum(
+            predicted_cvr * regime["conversion_scale"] * rng.lognormal(0.0, config.prediction_noise, n), 1.0
+        )
+        delivery = _float32_exact(value * (rng.random(n) < true_cvr))
 
     reference_utility = config.value_scale * config.base_cvr  # median of value * predicted_cvr (both lognormal)
     relative = utility / reference_utility
@@ -275,6 +319,8 @@ def draw_impressions(day: int, rng: np.random.Generator, regime: dict[str, Any],
         * relative**config.price_utility_elasticity
         * np.exp(log_price + rng.normal(0.0, config.price_noise, n))
     )
+    if config.utility_factor != 1.0:  # after the prices, which follow the value model's own utility
+        utility = np.maximum(_float32_exact(utility * config.utility_factor), np.float32(1e-9))
     log = DayLog(
         day=day,
         utility=utility,
@@ -341,6 +387,12 @@ def check_config(config: MarketConfig) -> None:
         raise ValueError("need at least one day (days_id + days_ood > 0, both >= 0)")
     if config.impressions_per_day < SLOTS_PER_DAY:
         raise ValueError(f"impressions_per_day must be >= {SLOTS_PER_DAY}")
+    if not 0.0 <= config.diurnal_traffic <= 1.0:
+        raise ValueError(f"diurnal_traffic must be in [0, 1], not {config.diurnal_traffic}")
+    if not (np.isfinite(config.utility_factor) and config.utility_factor > 0):
+        raise ValueError(f"utility_factor must be a positive number, not {config.utility_factor}")
+    if not config.value_scale > 0:
+        raise ValueError(f"value_scale must be positive, not {config.value_scale}")
     n_train = round(config.train_fraction * config.days_id)
     if n_train < 1 or config.days_id - n_train < 1:
         least = min_days_id(config.train_fraction)

@@ -12,6 +12,9 @@ Each preset changes one family of traits against :class:`MarketConfig`'s default
   sits near 1.5 instead of below 1.
 * ``volatile``: stronger intraday drift and shocks: a 3x diurnal price wave, 2-3x the random-walk
   volatility and several times the shock rate, on ID and OOD days.
+
+The presets are few and hand-made; the zoo (:mod:`training.market.zoo`, ``zoo-00`` .. ``zoo-19``) draws every
+trait at once over wide ranges, for markets no choice was tuned on. :func:`preset` names both.
 """
 
 from __future__ import annotations
@@ -39,7 +42,11 @@ PRESETS: dict[str, MarketConfig] = {
 
 
 def preset(name: str, **overrides: Any) -> MarketConfig:  # any of MarketConfig's fields, of several types
-    """The named preset with some fields replaced (the CLI's --days-id, --seed, ...)."""
+    """The named preset, or zoo draw (``zoo-07``), with some fields replaced (the CLI's --days-id, --seed, ...)."""
+    if name.startswith("zoo-"):
+        from training.market.zoo import parse_zoo_name, zoo_config
+
+        return zoo_config(parse_zoo_name(name), **overrides)
     if name not in PRESETS:
-        raise ValueError(f"unknown market preset {name!r}; known: {', '.join(PRESETS)}")
+        raise ValueError(f"unknown market preset {name!r}; known: {', '.join(PRESETS)}, zoo-00 .. zoo-19")
     return replace(PRESETS[name], **overrides)
