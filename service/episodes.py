@@ -19,7 +19,7 @@ from model.state import CampaignState, StateError
 from service.config import Settings
 from service.errors import ApiError, store_unavailable, unknown_campaign
 from service.metrics import Metrics
-from service.ratio_cache import RatioCache
+from service.ratio_cache import RatioCache, summary_of
 from service.runner import Decided, ModelRunner
 from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
 from service.store import EpisodeStore, StoreBusy, Stored, StoreError, UnknownCampaign
@@ -147,7 +147,7 @@ class Episodes:
         fresh = CampaignState.new(campaign, body.episode, body.roi_target, body.budget, self.settings.noise_seed)
         decided = await self.runner.decide_async([fresh])
         state = decided.state(0, fresh)
-        stored, created = await self.store.register(campaign, body.episode, state.to_bytes())
+        stored, created = await self.store.register(campaign, body.episode, state.to_bytes(), summary_of(state))
         self.metrics.store_up.set(1)  # a write landed
         if created:
             self._count(decided, [(0, campaign)])
@@ -185,7 +185,12 @@ class Episodes:
             new = decided.state(0, reported)
             try:
                 current = await self.store.compare_and_set(
-                    update.campaign_id, update.episode, update.slot, new.to_bytes(), expected=read
+                    update.campaign_id,
+                    update.episode,
+                    update.slot,
+                    new.to_bytes(),
+                    expected=read,
+                    summary=summary_of(new),
                 )
             except UnknownCampaign:
                 raise self._refused(unknown_campaign(update.campaign_id)) from None
@@ -385,7 +390,8 @@ class Episodes:
                 for (i, _), new in zip(part, news, strict=True):
                     u = updates[i]
                     writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes(), read[i]))
-            currents = await self.store.compare_and_set_many(writes)
+                summaries = [summary_of(new) for new in news]  # each write's notice says what it bids
+            currents = await self.store.compare_and_set_many(writes, summaries)
             async with self._lane:
                 for (i, _), new, current in zip(part, news, currents, strict=True):
                     u = updates[i]

@@ -46,7 +46,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         timeout_s=settings.store_timeout_s,
     )
     cache = RatioCache(settings.ratio_cache_ttl_s, metrics)
-    await store.subscribe(cache.invalidate)
+    await store.subscribe(cache.noticed)  # every write's notice updates the cache, whichever process wrote
     metrics.store_up.set(1 if await store.ping() else 0)  # from the start, not from the first write or /readyz
     app.state.runner, app.state.store, app.state.cache = runner, store, cache
     app.state.episodes = Episodes(store, runner, cache, metrics, settings)

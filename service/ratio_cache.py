@@ -1,15 +1,23 @@
 """Each process's cache of the ratios campaigns bid now: ``/v1/bid`` makes no store round trip.
 
-An entry is fresh for ``ttl_s`` after it was read. Writes made by this process update it at once;
-writes made by other processes arrive as store notifications (Redis pub/sub) and mark the entry
-stale, so the next bid re-reads the store. An entry that only aged past ``ttl_s`` (no notification says it
-changed) is bid at once and read again behind the bid (:meth:`RatioCache._refresh_behind`): a stalled store costs
-no bid its timeout. **Staleness bound**: after a slot update is acknowledged, another process may still bid the
-previous slot's ratio for at most ``ttl_s`` (default 1 s) plus one store read if the notification is lost,
-typically a few milliseconds when it is not. A store read that was out while the entry
-changed never replaces a newer one (:meth:`RatioCache.settle`): an entry put meanwhile stands unless the read shows
-its episode at a later slot, and a notification that arrived meanwhile makes the next bid read again. While the
-store is unreachable, a stale entry keeps serving (answers say ``stale: true``) rather than failing the bid.
+An entry is fresh for ``ttl_s`` after it was put: read from the store, written by this process, or taken from a
+store notice. Every write's notice carries what the new state bids (:class:`~service.store.Summary`: the ratio and
+the budget flag) with its ``(episode, slot)``, so each process's entry follows every other process's writes from the
+notice alone (:meth:`RatioCache.noticed`), with no store read: a process bids from what it knows even while the
+store, or the node holding the campaign, does not answer. A notice never replaces a newer entry: within an episode
+slots only grow, so one whose slot the entry has reached (a stale or reordered notice, or this process's own
+write's echo) changes nothing. A notice without a summary (a delete, a writer that sends none) marks the entry
+stale instead, and the next bid reads the store.
+
+The store is read only for a campaign this process has never seen (nor been told of) and, behind the bids, for an
+entry older than ``ttl_s``: that entry is bid at once and read again in a task of its own
+(:meth:`RatioCache._refresh_behind`), so a stalled store costs no bid its timeout. **Staleness bound**: after a slot
+update is acknowledged, another process bids the previous slot's ratio until the notice arrives (milliseconds), or,
+if the notice is lost, for at most ``ttl_s`` (default 1 s) plus one store read. A store read that was out while the
+entry changed never replaces a newer one (:meth:`RatioCache.settle`): an entry put meanwhile stands unless the read
+shows its episode at a later slot, and a notice without a summary that arrived meanwhile makes the next bid read
+again. An entry is said stale (answers say ``stale: true``) only once its read behind the bids failed: older than
+``ttl_s``, with no notice since and the store not answering; it keeps serving rather than failing the bid.
 """
 
 from __future__ import annotations
@@ -21,9 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
 
+from model.contract import SLOTS_PER_DAY
 from model.state import CampaignState, StateError
 from service.metrics import Metrics
-from service.store import EpisodeStore, Stored, StoreError, StoreUnavailable
+from service.store import EpisodeStore, Notice, Stored, StoreError, StoreUnavailable, Summary
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,7 @@ class CachedRatio:
     ratio: float
     """The ratio to bid now: 0 when the budget is spent or all slots are reported."""
     fetched: float
-    """``time.monotonic()`` when read from the store (or written by this process)."""
+    """``time.monotonic()`` when read from the store, written by this process or taken from a notice."""
     stale: bool = False
     """Kept after the store failed to answer: served for another ``ttl_s`` before the store is tried again,
     so an outage costs each campaign one timeout per ``ttl_s``, not one per bid."""
@@ -52,6 +61,16 @@ def readable(blob: bytes) -> CampaignState | None:
 
 def bid_ratio_of(state: CampaignState) -> float:
     return 0.0 if state.budget_exhausted or state.done else state.next_ratio
+
+
+def summary_of(state: CampaignState) -> Summary:
+    """What ``state`` bids, for its write's notice: :func:`bid_ratio_from` of it is :func:`bid_ratio_of` the state."""
+    return Summary(state.next_ratio, state.budget_exhausted)
+
+
+def bid_ratio_from(summary: Summary, slot: int) -> float:
+    """The ratio a state at ``slot`` with ``summary`` bids: 0 when the budget is spent or all slots are reported."""
+    return 0.0 if summary.budget_exhausted or slot >= SLOTS_PER_DAY else summary.ratio
 
 
 class RatioCache:
@@ -86,14 +105,33 @@ class RatioCache:
         return len(self._entries)
 
     def put(self, campaign: str, state: CampaignState) -> CachedRatio:
-        # Re-inserted, so the dict's order is the order of the last put (a read or a write): a campaign that bids
-        # is read again every ttl_s and stays at the young end; the one put longest ago goes first when full.
+        return self._put(campaign, state.episode, state.slot, bid_ratio_of(state))
+
+    def _put(self, campaign: str, episode: str, slot: int, ratio: float) -> CachedRatio:
+        # Re-inserted, so the dict's order is the order of the last put (a read, a write or a notice): a campaign
+        # that bids stays at the young end; the one put longest ago goes first when full.
         if self._entries.pop(campaign, None) is None and len(self._entries) >= self.max_entries:
             self._entries.pop(next(iter(self._entries)))  # a bounded memory footprint
         self._seq += 1
-        entry = CachedRatio(state.episode, state.slot, bid_ratio_of(state), time.monotonic(), seq=self._seq)
+        entry = CachedRatio(episode, slot, ratio, time.monotonic(), seq=self._seq)
         self._entries[campaign] = entry
         return entry
+
+    def noticed(self, notice: Notice) -> None:
+        """A store notice of a write (this process's or another's; the store's subscription callback).
+
+        With a summary: the entry is the notice's state, fresh, unless the entry already shows that episode at that
+        slot or a later one (an older or reordered notice, or the echo of this process's own write, changes nothing:
+        slots only grow within an episode). Without one (a delete, a writer that sends none): the entry is read
+        again at the next bid (:meth:`invalidate`).
+        """
+        if notice.summary is None:
+            self.invalidate(notice.campaign, notice.episode, notice.slot)
+            return
+        entry = self._entries.get(notice.campaign)
+        if entry is not None and entry.episode == notice.episode and entry.slot >= notice.slot:
+            return
+        self._put(notice.campaign, notice.episode, notice.slot, bid_ratio_from(notice.summary, notice.slot))
 
     def invalidate(self, campaign: str, episode: str = "", slot: int = -1) -> None:
         """A write of this campaign left ``(episode, slot)``: unless the entry already shows that state (the echo

@@ -8,6 +8,7 @@ runs one test body on all of them.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,22 +62,70 @@ class UnknownCampaign(StoreError, KeyError):
         return f"unknown campaign {self.campaign!r}: no state stored (register an episode first)"
 
 
-UpdateCallback = Callable[[str, str, int], None]
-"""Called with ``(campaign, episode, slot)`` of every successful write (the state it left; a delete gives
-``("campaign", "", -1)``); must not block (it runs on the event loop)."""
+@dataclass(frozen=True)
+class Summary:
+    """What a written state bids, carried in the write's notice so that every process sharing the store updates its
+    cache from the notice itself, without reading (or decoding) the state: the ratio decided for the next slot and
+    whether the budget is spent. The store never computes it (blobs stay opaque): the writer passes it."""
+
+    ratio: float
+    budget_exhausted: bool
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One write, as a store's notice tells it: the campaign, the state it left (``episode``, ``slot``; a delete:
+    ``("", -1)``) and, where the writer gave one, its :class:`Summary` (None: the notice says only that the state
+    changed, so a cached copy must be read again)."""
+
+    campaign: str
+    episode: str = ""
+    slot: int = -1
+    summary: Summary | None = None
+
+
+UpdateCallback = Callable[[Notice], None]
+"""Called with the :class:`Notice` of every successful write; must not block (it runs on the event loop)."""
 
 NOTICE_SEPARATOR = "\x1f"
-"""Between campaign, episode and slot in a published notice (ids cannot contain it)."""
+"""Between the fields of a published notice (ids cannot contain it)."""
 
 
-def parse_notice(notice: str) -> tuple[str, str, int]:
-    """``campaign\\x1fepisode\\x1fslot`` -> ``(campaign, episode, slot)`` (a bare campaign id: ``("", -1)``)."""
-    campaign, _, rest = notice.partition(NOTICE_SEPARATOR)
-    episode, _, slot = rest.partition(NOTICE_SEPARATOR)
+def summary_suffix(summary: Summary | None) -> str:
+    """The end of a notice that carries ``summary``: ``\\x1f<ratio>\\x1f<0|1>``, the ratio as ``repr`` writes it (so
+    it reads back as the same float); empty for none. The write scripts append it to
+    ``campaign\\x1fepisode\\x1fslot``."""
+    if summary is None:
+        return ""
+    return f"{NOTICE_SEPARATOR}{float(summary.ratio)!r}{NOTICE_SEPARATOR}{int(bool(summary.budget_exhausted))}"
+
+
+def format_notice(notice: Notice) -> str:
+    """The text :func:`parse_notice` reads back (a delete: the bare campaign id)."""
+    if notice.slot < 0:
+        return notice.campaign
+    head = NOTICE_SEPARATOR.join((notice.campaign, notice.episode, str(notice.slot)))
+    return head + summary_suffix(notice.summary)
+
+
+def parse_notice(notice: str) -> Notice:
+    """``campaign\\x1fepisode\\x1fslot[\\x1fratio\\x1fexhausted]`` -> :class:`Notice`. A bare campaign id (a delete)
+    leaves no state; a notice without the last two fields (a writer that sends none) or with unreadable ones carries
+    no summary."""
+    campaign, episode, slot_text, ratio_text, exhausted = (*notice.split(NOTICE_SEPARATOR, 4), "", "", "", "")[:5]
     try:
-        return campaign, episode, int(slot)
+        slot = int(slot_text)
     except ValueError:
-        return campaign, episode, -1
+        return Notice(campaign)
+    summary = None
+    if exhausted in ("0", "1"):
+        try:
+            ratio = float(ratio_text)
+        except ValueError:
+            ratio = math.nan
+        if math.isfinite(ratio):
+            summary = Summary(ratio, exhausted == "1")
+    return Notice(campaign, episode, slot, summary)
 
 
 @runtime_checkable
@@ -101,31 +150,42 @@ class EpisodeStore(Protocol):
         lost node fails its own campaigns only; on one server a failure is every item's."""
         ...
 
-    async def register(self, campaign: str, episode: str, blob: bytes) -> tuple[Stored, bool]:
+    async def register(
+        self, campaign: str, episode: str, blob: bytes, summary: Summary | None = None
+    ) -> tuple[Stored, bool]:
         """Atomically start ``episode`` unless it is the stored one.
 
         No state, or a different stored episode: store ``(episode, 0, blob)`` and return it with ``True``.
         The same episode already stored: write nothing and return the stored state with ``False`` (an idempotent
-        re-confirm, whatever slot it has reached).
+        re-confirm, whatever slot it has reached). A write's notice carries ``summary`` (what the new state bids).
         """
         ...
 
     async def compare_and_set(
-        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None = None
+        self,
+        campaign: str,
+        episode: str,
+        expected_slot: int,
+        blob: bytes,
+        expected: bytes | None = None,
+        summary: Summary | None = None,
     ) -> Stored | None:
         """Atomically apply one slot: if the stored ``(episode, slot)`` is ``(episode, expected_slot)`` (and, given
         ``expected``, the stored blob is exactly ``expected``: the state the new one was computed from), store
         ``(episode, expected_slot + 1, blob)`` and return ``None``. Otherwise write nothing and return the stored
         state. ``expected`` catches what the pair cannot: a re-registration A -> B -> A between the read and the
         write leaves ``(A, 0)`` stored again, with the new registration's constraints. Raises
-        :class:`UnknownCampaign` if the campaign has no state.
+        :class:`UnknownCampaign` if the campaign has no state. A write's notice carries ``summary``.
         """
         ...
 
-    async def compare_and_set_many(self, items: Sequence[CasItem]) -> list[Stored | StoreError | None]:
+    async def compare_and_set_many(
+        self, items: Sequence[CasItem], summaries: Sequence[Summary | None] | None = None
+    ) -> list[Stored | StoreError | None]:
         """:meth:`compare_and_set` of many ``(campaign, episode, expected_slot, blob, expected)``, each checked and
-        written on its own, as alone (a batch of slot updates). Per item, in order: None (written), the
-        :class:`Stored` state found instead, or the error the single call would raise, as a value."""
+        written on its own, as alone (a batch of slot updates); ``summaries``, one per item where given, go into the
+        writes' notices. Per item, in order: None (written), the :class:`Stored` state found instead, or the error
+        the single call would raise, as a value."""
         ...
 
     async def delete(self, campaign: str) -> None:
@@ -141,7 +201,7 @@ class EpisodeStore(Protocol):
         ...
 
     async def subscribe(self, on_update: UpdateCallback) -> None:
-        """Deliver to ``on_update`` ``(campaign, episode, slot)`` of every write (a register that wrote, an applied
+        """Deliver to ``on_update`` the :class:`Notice` of every write (a register that wrote, an applied
         compare_and_set, a delete of an existing state), made by any process sharing the store. May be called more
         than once."""
         ...
@@ -176,8 +236,11 @@ def check_write(episode: str, blob: bytes, expected_slot: int | None = None) -> 
         raise ValueError(f"expected_slot must be an int >= 0, got {expected_slot!r}")
 
 
-def check_cas_items(items: Sequence[CasItem]) -> None:
-    """:func:`check_campaign` and :func:`check_write` of every item of a ``compare_and_set_many``, before any write."""
+def check_cas_items(items: Sequence[CasItem], summaries: Sequence[Summary | None] | None = None) -> None:
+    """:func:`check_campaign` and :func:`check_write` of every item of a ``compare_and_set_many`` (and one summary
+    per item, where given), before any write."""
+    if summaries is not None and len(summaries) != len(items):
+        raise ValueError(f"{len(summaries)} summaries for {len(items)} items")
     for campaign, episode, expected_slot, blob, _ in items:
         check_campaign(campaign)
         check_write(episode, blob, expected_slot)

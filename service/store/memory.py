@@ -16,8 +16,10 @@ from collections.abc import Callable, Sequence
 from service.store.base import (
     DEFAULT_STATE_TTL_S,
     CasItem,
+    Notice,
     Stored,
     StoreError,
+    Summary,
     UnknownCampaign,
     UpdateCallback,
     check_campaign,
@@ -59,12 +61,12 @@ class MemoryStore:
                 break
             del self._states[oldest]
 
-    def _notify(self, campaign: str, episode: str = "", slot: int = -1) -> None:
+    def _notify(self, notice: Notice) -> None:
         for callback in self._subscribers:
             try:
-                callback(campaign, episode, slot)
+                callback(notice)
             except Exception:
-                log.exception("store update callback failed for campaign %r", campaign)
+                log.exception("store update callback failed for campaign %r", notice.campaign)
 
     async def get(self, campaign: str) -> Stored | None:
         return self._live(check_campaign(campaign))
@@ -75,7 +77,9 @@ class MemoryStore:
     async def get_each(self, campaigns: Sequence[str]) -> list[Stored | StoreError | None]:
         return list(await self.get_many(campaigns))  # nothing to fail
 
-    async def register(self, campaign: str, episode: str, blob: bytes) -> tuple[Stored, bool]:
+    async def register(
+        self, campaign: str, episode: str, blob: bytes, summary: Summary | None = None
+    ) -> tuple[Stored, bool]:
         check_campaign(campaign)
         check_write(episode, blob)
         current = self._live(campaign)
@@ -83,18 +87,30 @@ class MemoryStore:
             return current, False  # a re-confirm writes nothing: its TTL is untouched, as on Redis
         new = Stored(episode, 0, bytes(blob))
         self._put(campaign, new)
-        self._notify(campaign, episode, 0)
+        self._notify(Notice(campaign, episode, 0, summary))
         return new, True
 
     async def compare_and_set(
-        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None = None
+        self,
+        campaign: str,
+        episode: str,
+        expected_slot: int,
+        blob: bytes,
+        expected: bytes | None = None,
+        summary: Summary | None = None,
     ) -> Stored | None:
         check_campaign(campaign)
         check_write(episode, blob, expected_slot)
-        return self._compare_and_set(campaign, episode, expected_slot, blob, expected)
+        return self._compare_and_set(campaign, episode, expected_slot, blob, expected, summary)
 
     def _compare_and_set(
-        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None
+        self,
+        campaign: str,
+        episode: str,
+        expected_slot: int,
+        blob: bytes,
+        expected: bytes | None,
+        summary: Summary | None = None,
     ) -> Stored | None:
         current = self._live(campaign)
         if current is None:
@@ -104,16 +120,18 @@ class MemoryStore:
         if expected is not None and current.blob != bytes(expected):
             return current
         self._put(campaign, Stored(episode, expected_slot + 1, bytes(blob)))
-        self._notify(campaign, episode, expected_slot + 1)
+        self._notify(Notice(campaign, episode, expected_slot + 1, summary))
         return None
 
-    async def compare_and_set_many(self, items: Sequence[CasItem]) -> list[Stored | StoreError | None]:
+    async def compare_and_set_many(
+        self, items: Sequence[CasItem], summaries: Sequence[Summary | None] | None = None
+    ) -> list[Stored | StoreError | None]:
         """:meth:`compare_and_set` of each item, in order; an item's error is its answer, not raised."""
-        check_cas_items(items)
+        check_cas_items(items, summaries)
         out: list[Stored | StoreError | None] = []
-        for item in items:
+        for k, item in enumerate(items):
             try:
-                out.append(self._compare_and_set(*item))
+                out.append(self._compare_and_set(*item, None if summaries is None else summaries[k]))
             except UnknownCampaign as exc:
                 out.append(exc)
         return out
@@ -123,7 +141,7 @@ class MemoryStore:
         existed = self._live(campaign) is not None
         self._states.pop(campaign, None)
         if existed:
-            self._notify(campaign)
+            self._notify(Notice(campaign))
 
     async def ping(self) -> bool:
         return True

@@ -4,7 +4,9 @@ Layout: key ``f"{prefix}:{{{campaign}}}"`` (the campaign id in a hash tag, so Re
 holds the fields ``e`` (episode id), ``s`` (slot, decimal), ``b`` (the opaque blob) and ``w`` (the last write's
 random token, which tells a re-send of that write from a repeat: :func:`_write_token`). ``register`` and
 ``compare_and_set`` run ``lua/register.lua`` and ``lua/compare_and_set.lua``: each checks, writes, refreshes the
-TTL (``state_ttl_s``) and PUBLISHes the campaign id on ``f"{prefix}:updates"``, in one round trip.
+TTL (``state_ttl_s``) and PUBLISHes the write's notice on ``f"{prefix}:updates"``, in one round trip. The notice
+(:func:`~service.store.base.parse_notice`) names the state written and carries the writer's
+:class:`~service.store.base.Summary` of it, so subscribers update their caches without reading the state.
 
 Failure model: every command runs under the socket timeout ``timeout_s`` and an overall deadline
 (``pool_timeout_s + 3 * timeout_s``); any redis or socket error becomes
@@ -32,17 +34,21 @@ from redis.backoff import NoBackoff
 from service.store.base import (
     DEFAULT_STATE_TTL_S,
     CasItem,
+    Notice,
     StoreBusy,
     Stored,
     StoreError,
     StoreUnavailable,
+    Summary,
     UnknownCampaign,
     UpdateCallback,
     check_campaign,
     check_cas_items,
     check_prefix,
     check_write,
+    format_notice,
     parse_notice,
+    summary_suffix,
 )
 
 log = logging.getLogger(__name__)
@@ -208,6 +214,19 @@ class RedisStore:
         """``script`` on ``key`` (EVALSHA; redis-py loads it first where the server lacks it)."""
         return await script(keys=[key], args=args)
 
+    publish_command = "PUBLISH"
+    """How the write scripts publish their notices (RedisClusterStore: SPUBLISH, on the key's own slot)."""
+
+    def channel_for(self, key: str) -> str:
+        """The channel a write of ``key`` publishes its notice on: one for the whole server."""
+        return self.channel
+
+    async def _publish(self, key: str, notice: Notice) -> None:
+        """Publish ``notice`` (of a write of ``key`` made without a script: a delete) where the scripts publish."""
+        channel = self.channel_for(key)
+        text = format_notice(notice)
+        await self._call("delete", lambda: self._client.execute_command(self.publish_command, channel, text), key)
+
     # -- plumbing -----------------------------------------------------------------------------------------------
 
     def key(self, campaign: str) -> str:
@@ -234,7 +253,7 @@ class RedisStore:
                 raise StoreBusy(f"{self.where}: {what} found every connection busy for {self.deadline_s:.2f}s") from e
             raise StoreUnavailable(f"{self.where}: no answer to {what} within {self.deadline_s:.2f}s") from e
         except _REDIS_FAILURES as e:
-            if _pool_wait_timed_out(e):
+            if _pool_wait_timed_out(e) or isinstance(e, redis_errors.MaxConnectionsError):
                 raise StoreBusy(
                     f"{self.where}: {what} found every connection busy for {self.pool_timeout_s:.2f}s"
                 ) from e
@@ -271,10 +290,15 @@ class RedisStore:
         except StoreUnavailable as exc:  # one server: one pipeline, one failure for all
             return [exc] * len(campaigns)
 
-    async def register(self, campaign: str, episode: str, blob: bytes) -> tuple[Stored, bool]:
+    async def register(
+        self, campaign: str, episode: str, blob: bytes, summary: Summary | None = None
+    ) -> tuple[Stored, bool]:
         key = self.key(campaign)
         check_write(episode, blob)
-        args = [episode, bytes(blob), self.state_ttl_ms, self.channel, campaign, _write_token()]
+        args = [
+            *(episode, bytes(blob), self.state_ttl_ms, self.channel_for(key), campaign, _write_token()),
+            *(summary_suffix(summary), self.publish_command),
+        ]
         reply = await self._call("register", lambda: self._run_script(self._register, key, args), key)
         if int(reply[0]) == 1:
             return Stored(episode, 0, bytes(blob)), True
@@ -283,14 +307,17 @@ class RedisStore:
         return stored, False
 
     async def compare_and_set(
-        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None = None
+        self,
+        campaign: str,
+        episode: str,
+        expected_slot: int,
+        blob: bytes,
+        expected: bytes | None = None,
+        summary: Summary | None = None,
     ) -> Stored | None:
         key = self.key(campaign)
         check_write(episode, blob, expected_slot)
-        args = [
-            *(episode, expected_slot, bytes(blob), self.state_ttl_ms, self.channel, campaign),
-            *(_fingerprint(expected), _write_token()),
-        ]
+        args = self._cas_args(key, campaign, episode, expected_slot, blob, expected, summary)
         reply = await self._call("compare_and_set", lambda: self._run_script(self._compare_and_set, key, args), key)
         status = int(reply[0])
         if status == 1:
@@ -299,42 +326,51 @@ class RedisStore:
             raise UnknownCampaign(campaign)
         return _decode(reply[1:])
 
+    def _cas_args(
+        self,
+        key: str,
+        campaign: str,
+        episode: str,
+        expected_slot: int,
+        blob: bytes,
+        expected: bytes | None,
+        summary: Summary | None,
+    ) -> list[Any]:
+        """``compare_and_set.lua``'s ARGV for one write (a fresh token each call)."""
+        return [
+            *(episode, expected_slot, bytes(blob), self.state_ttl_ms, self.channel_for(key), campaign),
+            *(_fingerprint(expected), _write_token(), summary_suffix(summary), self.publish_command),
+        ]
+
+    @staticmethod
+    def _cas_reply(campaign: str, reply: Any) -> Stored | StoreError | None:
+        """What one ``compare_and_set.lua`` reply means: None (written), UnknownCampaign, or the state found."""
+        status = int(reply[0])
+        return None if status == 1 else UnknownCampaign(campaign) if status == -1 else _decode(reply[1:])
+
     async def compare_and_set_many(
-        self, items: Sequence[CasItem], chunk: int = 256
+        self, items: Sequence[CasItem], summaries: Sequence[Summary | None] | None = None, chunk: int = 256
     ) -> list[Stored | StoreError | None]:
         """:meth:`compare_and_set` of many ``(campaign, episode, expected_slot, blob, expected)``, one pipelined round
         trip per ``chunk`` items (the same script, no MULTI: each item is checked and written on its own, as alone).
 
         Per item, in order: None (written), the :class:`Stored` state found instead, or the error the single call
         would raise (:class:`UnknownCampaign`, or :class:`StoreUnavailable` for every item of a chunk that failed).
-        On a Redis Cluster the items go one call each (a cluster pipeline runs no scripts here).
         """
-        check_cas_items(items)
-        if not isinstance(self._client, Redis):
-            return list(await asyncio.gather(*(self._cas_or_error(*item) for item in items)))
+        check_cas_items(items, summaries)
         out: list[Stored | StoreError | None] = []
         for start in range(0, len(items), chunk):
             part = items[start : start + chunk]
+            notes = [None] * len(part) if summaries is None else summaries[start : start + chunk]
 
-            async def run(part: Sequence[CasItem] = part) -> list[Any]:
+            async def run(part: Sequence[CasItem] = part, notes: Sequence[Summary | None] = notes) -> list[Any]:
                 script = self._compare_and_set
                 async with self._client.pipeline(transaction=False) as pipe:
                     pipe.scripts.add(script)  # execute() loads it first if the server lacks it (NOSCRIPT)
-                    for campaign, episode, expected_slot, blob, expected in part:
+                    for (campaign, episode, expected_slot, blob, expected), summary in zip(part, notes, strict=True):
                         key = self.key(campaign)
-                        pipe.evalsha(
-                            script.sha,
-                            1,
-                            key,
-                            episode,
-                            expected_slot,
-                            bytes(blob),
-                            self.state_ttl_ms,
-                            self.channel,
-                            campaign,
-                            _fingerprint(expected),
-                            _write_token(),
-                        )
+                        args = self._cas_args(key, campaign, episode, expected_slot, blob, expected, summary)
+                        pipe.evalsha(script.sha, 1, key, *args)
                     return await pipe.execute(raise_on_error=False)
 
             try:
@@ -347,22 +383,13 @@ class RedisStore:
                     error = StoreUnavailable(f"{self.where}: compare_and_set failed: {type(reply).__name__}: {reply}")
                     out.append(error)
                     continue
-                status = int(reply[0])
-                out.append(None if status == 1 else UnknownCampaign(campaign) if status == -1 else _decode(reply[1:]))
+                out.append(self._cas_reply(campaign, reply))
         return out
-
-    async def _cas_or_error(
-        self, campaign: str, episode: str, expected_slot: int, blob: bytes, expected: bytes | None
-    ) -> Stored | StoreError | None:
-        try:
-            return await self.compare_and_set(campaign, episode, expected_slot, blob, expected)
-        except StoreError as exc:
-            return exc
 
     async def delete(self, campaign: str) -> None:
         key = self.key(campaign)
         if await self._call("delete", lambda: self._client.delete(key), key):
-            await self._call("delete", lambda: self._client.publish(self.channel, campaign))
+            await self._publish(key, Notice(campaign))
 
     async def campaigns(self, limit: int = 200) -> list[str]:
         """Up to ``limit`` campaign ids with a state, sorted (a SCAN: for status pages, not for the hot path)."""
@@ -385,7 +412,7 @@ class RedisStore:
             return False
 
     async def subscribe(self, on_update: UpdateCallback) -> None:
-        """Deliver every write's campaign id to ``on_update`` from a background task.
+        """Deliver every write's :class:`~service.store.base.Notice` to ``on_update`` from a background task.
 
         Returns once the channel is subscribed, or after ``max(1 s, 4 * timeout_s)`` if Redis is down (the task
         keeps reconnecting with backoff; updates published while it was disconnected are not delivered).
@@ -413,13 +440,13 @@ class RedisStore:
 
     # -- the update listener ------------------------------------------------------------------------------------
 
-    def _dispatch(self, notice: str) -> None:
-        campaign, episode, slot = parse_notice(notice)
+    def _dispatch(self, text: str) -> None:
+        notice = parse_notice(text)
         for callback in list(self._subscribers):
             try:
-                callback(campaign, episode, slot)
+                callback(notice)
             except Exception:
-                log.exception("store update callback failed for campaign %r", campaign)
+                log.exception("store update callback failed for campaign %r", notice.campaign)
 
     async def _listen(self) -> None:
         backoff, max_backoff = _RESUBSCRIBE_BACKOFF_S

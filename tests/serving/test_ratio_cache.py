@@ -1,4 +1,5 @@
-"""The ratio cache (service.ratio_cache): a store read that was out while the entry changed."""
+"""The ratio cache (service.ratio_cache): a store read that was out while the entry changed, and the notices of
+writes, which carry what each write bids."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from model.contract import SLOTS_PER_DAY
 from model.state import CampaignState
 from service.metrics import Metrics
-from service.ratio_cache import RatioCache
-from service.store import MemoryStore, Stored, StoreError, StoreUnavailable
+from service.ratio_cache import RatioCache, bid_ratio_from, bid_ratio_of, summary_of
+from service.store import MemoryStore, Notice, Stored, StoreError, StoreUnavailable, Summary
+from service.store.base import NOTICE_SEPARATOR, format_notice, parse_notice
 
 pytestmark = pytest.mark.anyio
 
@@ -289,3 +292,115 @@ async def test_a_bid_of_several_campaigns_takes_what_a_partly_failed_read_found(
     assert entries[0] is not None and (entries[0].slot, entries[0].ratio, entries[0].stale) == (1, 1.5, False)
     assert entries[1] is not None and (entries[1].slot, entries[1].ratio, entries[1].stale) == (1, 2.5, True)
     assert stale is True
+
+
+# -- notices that carry what the write bids ------------------------------------------------------------------------
+
+
+class NoReads(MemoryStore):
+    """A store this process must not read: every read is counted and fails the test."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def get_many(self, campaigns: Sequence[str]) -> list[Stored | None]:
+        self.reads += 1
+        raise AssertionError(f"read {list(campaigns)}: the notice should have been enough")
+
+    async def get_each(self, campaigns: Sequence[str]) -> list[Stored | StoreError | None]:
+        return list(await self.get_many(campaigns))
+
+
+async def test_a_notice_with_a_summary_updates_another_process_cache_without_a_store_read() -> None:
+    """Another process's write, told by its notice (ratio and budget flag with the state's episode and slot): this
+    process bids it at once, fresh, with no store read. A notice that only marks the entry stale (or, for a
+    campaign this process has not cached, does nothing) makes the next bid read the store: a 503 while the node
+    holding the campaign is stalled."""
+    store, cache = NoReads(), RatioCache(ttl_s=60.0, metrics=Metrics())
+    cache.noticed(Notice("c1", DAY, 0, Summary(1.25, False)))  # its registration, never seen here before
+    entries, stale = await cache.get_many(["c1"], store)
+    assert entries[0] is not None and (entries[0].slot, entries[0].ratio, stale) == (0, 1.25, False)
+    cache.noticed(Notice("c1", DAY, 1, Summary(0.1 + 0.2, False)))  # its next slot
+    entries, stale = await cache.get_many(["c1"], store)
+    assert entries[0] is not None and (entries[0].slot, entries[0].ratio, stale) == (1, 0.1 + 0.2, False)
+    cache.noticed(Notice("c1", DAY, 2, Summary(2.0, True)))  # the budget spent: bids 0
+    cache.noticed(Notice("c2", DAY, SLOTS_PER_DAY, Summary(2.0, False)))  # every slot reported: bids 0
+    entries, _ = await cache.get_many(["c1", "c2"], store)
+    assert [(e.slot, e.ratio) for e in entries if e is not None] == [(2, 0.0), (SLOTS_PER_DAY, 0.0)]
+    assert store.reads == 0
+
+
+async def test_an_older_or_reordered_notice_never_replaces_a_newer_entry() -> None:
+    store, cache = NoReads(), RatioCache(ttl_s=60.0, metrics=Metrics())
+    cache.put("c1", state_at(3, 2.5))  # this process's write of slot 3
+    cache.noticed(Notice("c1", DAY, 2, Summary(1.0, False)))  # slot 2's notice, arriving late
+    cache.noticed(Notice("c1", DAY, 3, Summary(9.0, False)))  # the echo of the write itself
+    entries, _ = await cache.get_many(["c1"], store)
+    assert entries[0] is not None and (entries[0].slot, entries[0].ratio) == (3, 2.5)
+    cache.noticed(Notice("c1", "2024-05-02", 0, Summary(0.5, False)))  # a new episode: another state, taken
+    entries, _ = await cache.get_many(["c1"], store)
+    assert entries[0] is not None and (entries[0].episode, entries[0].slot, entries[0].ratio) == ("2024-05-02", 0, 0.5)
+    assert store.reads == 0
+
+
+async def test_a_notice_without_a_summary_makes_the_next_bid_read() -> None:
+    """A delete, or a write by a process that sends no summary: the entry is read again, as before."""
+    store, cache = HeldStore(), RatioCache(ttl_s=60.0, metrics=Metrics())
+    store.release.set()
+    await store.register("c1", DAY, state_at(2, 2.5).to_bytes())
+    cache.put("c1", state_at(1, 1.5))
+    cache.noticed(Notice("c1", DAY, 2))
+    entries, _ = await cache.get_many(["c1"], store)
+    assert entries[0] is not None and (entries[0].slot, entries[0].ratio) == (2, 2.5)  # what the store holds
+
+
+async def test_a_notice_during_a_read_stands_against_the_older_state_the_read_brings() -> None:
+    store, cache = HeldStore(), RatioCache(ttl_s=60.0, metrics=Metrics())
+    await store.register("c1", DAY, state_at(1, 1.5).to_bytes())
+    bid = asyncio.create_task(cache.get_many(["c1"], store))  # reads slot 1, held
+    await store.reading.wait()
+    cache.noticed(Notice("c1", DAY, 2, Summary(2.5, False)))  # another process wrote slot 2 meanwhile
+    store.release.set()
+    entries, _ = await bid
+    assert entries[0] is not None and (entries[0].slot, entries[0].ratio) == (2, 2.5)
+    entry = cache.peek("c1")
+    assert entry is not None and (entry.slot, entry.ratio) == (2, 2.5) and entry.fetched > float("-inf")
+
+
+async def test_an_entry_said_stale_is_fresh_again_once_a_notice_tells_its_state() -> None:
+    store, cache = HeldStore(), RatioCache(ttl_s=0.0, metrics=Metrics())
+    store.release.set()
+    store.fail = True
+    cache.put("c1", state_at(1, 1.5))
+    await cache.get_many(["c1"], store)  # aged at once: read behind the bid, which fails
+    while cache._refreshing:
+        await asyncio.sleep(0)
+    assert cache.peek("c1").stale  # type: ignore[union-attr]
+    cache.ttl_s = 60.0
+    cache.noticed(Notice("c1", DAY, 2, Summary(2.5, False)))
+    entries, stale = await cache.get_many(["c1"], store)
+    assert entries[0] is not None and (entries[0].slot, entries[0].ratio, entries[0].stale) == (2, 2.5, False)
+    assert stale is False
+
+
+def test_a_notice_reads_back_as_written_and_an_older_writer_s_notice_has_no_summary() -> None:
+    for notice in (
+        Notice("c1", DAY, 3, Summary(0.1 + 0.2, False)),
+        Notice("c1", DAY, 0, Summary(4.0, True)),
+        Notice("c1", DAY, 7),
+        Notice("c1"),
+    ):
+        assert parse_notice(format_notice(notice)) == notice
+    assert parse_notice(f"c1{NOTICE_SEPARATOR}{DAY}{NOTICE_SEPARATOR}3") == Notice("c1", DAY, 3)  # the 3-field form
+    assert parse_notice("c1") == Notice("c1")  # a delete
+    for bad in ("nan", "inf", "x"):  # never bid from a ratio that does not read back
+        assert parse_notice(NOTICE_SEPARATOR.join(("c1", DAY, "3", bad, "0"))) == Notice("c1", DAY, 3)
+    assert parse_notice(NOTICE_SEPARATOR.join(("c1", DAY, "3", "1.5", "2"))) == Notice("c1", DAY, 3)
+
+
+def test_summary_of_a_state_bids_as_the_state() -> None:
+    spent = CampaignState.new("c1", DAY, 1.0, 1.0, 0).decided(1.0, "m").reported(1.0, 5.0, 1.0, 2.0).decided(2.0, "m")
+    for state in (state_at(0, 1.0), state_at(3, 2.5), spent):
+        assert bid_ratio_from(summary_of(state), state.slot) == bid_ratio_of(state)
+    assert bid_ratio_of(spent) == 0.0

@@ -17,12 +17,14 @@ from redis.asyncio.cluster import RedisCluster
 from service.store import (
     EpisodeStore,
     MemoryStore,
+    Notice,
     RedisClusterStore,
     RedisStore,
     StoreBusy,
     Stored,
     StoreError,
     StoreUnavailable,
+    Summary,
     UnknownCampaign,
     open_store,
 )
@@ -242,7 +244,8 @@ async def test_a_resent_write_does_not_claim_a_state_an_older_script_wrote_over_
     if not isinstance(store, RedisStore):
         return  # the memory store has no scripts nor re-sends
     key, token = store.key("c1"), b"fixed-token"
-    register = [DAY, b"ours", store.state_ttl_ms, store.channel, "c1", token]
+    channel, publish = store.channel_for(key), store.publish_command
+    register = [DAY, b"ours", store.state_ttl_ms, channel, "c1", token, "", publish]
     assert (await store._register(keys=[key], args=register))[0] == 1
     client = raw_client(store_url)
     try:
@@ -253,7 +256,7 @@ async def test_a_resent_write_does_not_claim_a_state_an_older_script_wrote_over_
             b"0",
             b"theirs",
         ]
-        cas = [DAY, 0, b"ours-1", store.state_ttl_ms, store.channel, "c1", "", token]
+        cas = [DAY, 0, b"ours-1", store.state_ttl_ms, channel, "c1", "", token, "", publish]
         assert (await store._compare_and_set(keys=[key], args=cas))[0] == 1
         await client.hset(key, mapping={"s": "1", "b": b"theirs-1"})  # an old script's write of the same slot
         assert (await store._compare_and_set(keys=[key], args=cas))[0] == 0
@@ -263,7 +266,7 @@ async def test_a_resent_write_does_not_claim_a_state_an_older_script_wrote_over_
 
 async def test_subscribe_sees_writes_of_another_instance(store: EpisodeStore, store_url: str) -> None:
     seen: list[str] = []
-    await store.subscribe(lambda campaign, _episode, _slot: seen.append(campaign))
+    await store.subscribe(lambda notice: seen.append(notice.campaign))
     writer = await second_instance(store, store_url)
     try:
         await writer.register("c1", DAY, b"s0")
@@ -373,7 +376,7 @@ async def test_killed_and_restarted_server(redis_server: RedisServer) -> None:
     writer = await open_store(redis_server.url, prefix="restart")
     seen: list[str] = []
     try:
-        await store.subscribe(lambda campaign, _episode, _slot: seen.append(campaign))
+        await store.subscribe(lambda notice: seen.append(notice.campaign))
         await store.register("c1", DAY, b"s0")
         redis_server.kill()
         started = time.monotonic()
@@ -547,38 +550,50 @@ async def test_a_write_loads_its_script_on_its_own_node_only(redis_cluster: Redi
 
 
 @pytest.mark.cluster
-async def test_after_a_failed_refresh_of_the_slot_map_commands_still_go_to_the_keys_node(
+async def test_no_command_waits_for_a_refresh_of_the_slot_map(
     redis_cluster: RedisClusterProcs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """redis-py 8.1 closes its node manager when a refresh of the slot map fails (a stalled primary answered no
-    COMMAND), which leaves no default node; its next keyed command then goes to a random primary, with a stalled
-    one now and then (seen in a probe: 5 such sends in 4 runs of 6 s). The store discovers the cluster again first,
-    so every command goes to the key's node."""
-    from redis.asyncio.cluster import ClusterNode
+    """After one node's timeout, redis-py 8.1's own command path rediscovers the cluster in front of the next command
+    of every node and runs COMMAND on its default node, the primary of slot 0 (the first node of the URL): with that
+    node stalled, every command of every node fails. The store refreshes the slot map behind the commands (here a
+    refresh that hangs), each command goes to its key's node, and no COMMAND is ever sent."""
+    from redis.asyncio.cluster import ClusterNode, NodesManager
 
-    store = await open_store(redis_cluster.url, prefix="refresh", timeout_s=0.25)
-    assert isinstance(store, RedisClusterStore)
-    try:
-        await store.register("c1", DAY, b"s0")
-        owner = store._client.get_node_from_key(store.key("c1")).port
-        sent_to: list[int] = []
-        real = ClusterNode.execute_command
+    async with on_cluster(redis_cluster, "refresh") as (store, client):
+        stalled, healthy, node = await two_nodes_apart(store, client, redis_cluster)
+        owners = {c: store._client.get_node_from_key(store.key(c)).port for c in (stalled, healthy)}
+        sent: list[tuple[str, int]] = []
+        real_execute, real_initialize = ClusterNode.execute_command, NodesManager.initialize
 
-        async def recording(node: ClusterNode, *args, **kwargs):
-            if args and args[0] == "HMGET":
-                sent_to.append(node.port)
-            return await real(node, *args, **kwargs)
+        async def recording(cluster_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+            sent.append((str(args[0]), int(cluster_node.port)))
+            return await real_execute(cluster_node, *args, **kwargs)
+
+        refreshing, release = asyncio.Event(), asyncio.Event()
+
+        async def held(manager: NodesManager, *args: Any, **kwargs: Any) -> None:
+            refreshing.set()
+            await release.wait()
+            await real_initialize(manager, *args, **kwargs)
 
         monkeypatch.setattr(ClusterNode, "execute_command", recording)
-        for _ in range(8):  # a random primary is the owner with chance 1/3: eight in a row by luck, 1 in 6,561
-            await store._client.aclose()  # what a failed refresh leaves: no default node
-            assert store._client.get_default_node() is None
-            assert await store.get("c1") == Stored(DAY, 0, b"s0")
-            assert store._client.get_default_node() is not None
-        assert sent_to == [owner] * 8, sent_to
-    finally:
-        await store.aclose()
-        await delete_prefix(redis_cluster.url, "refresh")
+        monkeypatch.setattr(NodesManager, "initialize", held)
+        node.pause()
+        try:
+            with pytest.raises(StoreUnavailable):
+                await store.get(stalled)
+            await asyncio.wait_for(refreshing.wait(), 2.0)  # the timeout asked for a refresh, which now hangs
+            started = time.monotonic()
+            for _ in range(5):
+                assert await store.get(healthy) == Stored(DAY, 0, b"s0")
+            took = time.monotonic() - started
+        finally:
+            node.resume()
+            release.set()
+        assert took < 0.2, took
+        assert [port for command, port in sent if command == "HMGET"] == [owners[stalled]] + [owners[healthy]] * 5
+        assert not any(command == "COMMAND" for command, _ in sent), sent
+        redis_cluster.wait_ok()
 
 
 async def test_a_client_failure_inside_redis_py_is_a_store_outage_and_ours_is_not() -> None:
@@ -696,12 +711,24 @@ async def test_campaigns_lists_the_stored_ones(store: EpisodeStore) -> None:
 
 
 @pytest.mark.anyio
-async def test_notices_name_the_state_each_write_left(store: EpisodeStore) -> None:
-    """(campaign, episode, slot) per write, so a process can tell the echo of its own write from a newer one."""
-    notices: list[tuple[str, str, int]] = []
-    await store.subscribe(lambda campaign, episode, slot: notices.append((campaign, episode, slot)))
-    await store.register("n1", DAY, b"s0")
-    await store.compare_and_set("n1", DAY, 0, b"s1")
+async def test_notices_name_the_state_each_write_left_and_what_it_bids(store: EpisodeStore) -> None:
+    """Per write, the state it left (campaign, episode, slot), so a process tells the echo of its own write from a
+    newer one, and the writer's summary of what that state bids, so it updates its cache without a read (the ratio
+    exactly as written: repr round-trips a float)."""
+    notices: list[Notice] = []
+    await store.subscribe(notices.append)
+    first, second = Summary(0.1 + 0.2, False), Summary(1.0 / 3.0, True)
+    await store.register("n1", DAY, b"s0", first)
+    await store.compare_and_set("n1", DAY, 0, b"s1", summary=second)
+    await store.compare_and_set("n1", DAY, 1, b"s2")  # no summary given: the notice says only that it changed
+    assert await store.compare_and_set_many([("n1", DAY, 2, b"s3", None)], [first]) == [None]
     await store.delete("n1")
-    expected = [("n1", DAY, 0), ("n1", DAY, 1), ("n1", "", -1)]
-    assert await wait_for(lambda: notices[-3:] == expected, 1.0), notices
+    expected = [
+        Notice("n1", DAY, 0, first),
+        Notice("n1", DAY, 1, second),
+        Notice("n1", DAY, 2, None),
+        Notice("n1", DAY, 3, first),
+        Notice("n1"),
+    ]
+    assert await wait_for(lambda: notices[-5:] == expected, 1.0), notices
+    assert notices[-5].summary is not None and notices[-5].summary.ratio == 0.1 + 0.2
