@@ -31,7 +31,7 @@ COLUMNS: tuple[str, ...] = ("ratios", *SLOT_STATS)
 """Rows of :attr:`CampaignState.stats`: the ratio bid in each finished slot, then what it got."""
 
 
-DECIDER_CODES: dict[str, str] = {"model": "m", "fallback": "f", "shield": "s"}
+DECIDER_CODES: dict[str, str] = {"model": "m", "fallback": "f", "shield": "s", "handover": "h"}
 """One letter per ``decided_by`` value, for :attr:`CampaignState.deciders`."""
 _DECIDERS = {code: name for name, code in DECIDER_CODES.items()}
 
@@ -61,7 +61,8 @@ class CampaignState:
     posterior_std: tuple[float, ...] | None = None
     model_version: str = ""
     decided_by: str = "model"
-    """``model``, ``fallback`` (the model could not run) or ``shield`` (a guard moved the model's ratio)."""
+    """``model``, ``fallback`` (the model could not run), ``shield`` (a guard moved the model's ratio) or ``handover``
+    (the campaign is with its controller for the rest of the episode: :mod:`model.handover`)."""
     deciders: str = ""
     """Who decided each ratio of the episode, one letter a decision (:data:`DECIDER_CODES`): decision ``k`` is the
     ratio for slot ``k``, the answer to the report of slot ``k - 1``. A replayed report answers from it."""
@@ -69,6 +70,10 @@ class CampaignState:
     """``(first decision, model version)`` each time the version changed: which model decided each ratio."""
     updated: float = 0.0
     """Unix time of the last write."""
+    handover_slot: int | None = None
+    """The decision (the ratio for that slot) from which the controller bids the rest of the episode
+    (:mod:`model.handover`), ``None`` while the model keeps the campaign. Set by the first ``handover`` decision and
+    kept by every later one, so every replica and a restart read the campaign as handed over."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.slot <= SLOTS_PER_DAY:
@@ -85,6 +90,8 @@ class CampaignState:
             raise StateError(f"next_ratio must be in [{RATIO_MIN}, {RATIO_MAX}], not {self.next_ratio!r}")
         if not 0 <= self.seed < 2**64:  # msgpack's integers
             raise StateError(f"seed must be in 0..2**64-1, not {self.seed}")
+        if self.handover_slot is not None and not 0 <= self.handover_slot <= self.slot:
+            raise StateError(f"handover_slot must be None or in 0..{self.slot}, not {self.handover_slot}")
 
     # --- Building -----------------------------------------------------------------------------------------
 
@@ -110,7 +117,7 @@ class CampaignState:
         std: np.ndarray | None = None,
     ) -> CampaignState:
         """The state with the ratio for slot :attr:`slot` decided (clipped to [0, 4]); who decided it is kept
-        beside the episode's earlier decisions."""
+        beside the episode's earlier decisions. The first ``handover`` decision sets :attr:`handover_slot`."""
         deciders = self.deciders[: self.slot].ljust(self.slot, "?") + DECIDER_CODES.get(decided_by, "?")
         versions = tuple(v for v in self.versions if v[0] < self.slot)
         if not versions or versions[-1][1] != model_version:
@@ -125,6 +132,7 @@ class CampaignState:
             deciders=deciders,
             versions=versions,
             updated=time.time(),
+            handover_slot=self.slot if decided_by == "handover" and self.handover_slot is None else self.handover_slot,
         )
 
     # --- Reading ------------------------------------------------------------------------------------------
@@ -132,6 +140,11 @@ class CampaignState:
     @property
     def done(self) -> bool:
         return self.slot >= SLOTS_PER_DAY
+
+    @property
+    def handed_over(self) -> bool:
+        """The controller bids the rest of this episode (:mod:`model.handover`)."""
+        return self.handover_slot is not None
 
     def column(self, name: str) -> np.ndarray:
         """One row of :attr:`stats` by name (``ratios``, ``delivery``, ``cost``, ``wins``, ``auctions``)."""
@@ -212,6 +225,8 @@ class CampaignState:
             # them reads as deciders and versions unknown.
             "dby": self.deciders,
             "mvs": [list(v) for v in self.versions],
+            # Optional too: a blob without it reads as not handed over.
+            "ho": self.handover_slot,
         }
         return msgpack.packb(body, use_bin_type=True)
 
@@ -249,6 +264,7 @@ class CampaignState:
                 deciders=str(body.get("dby", "")),
                 versions=tuple((int(first), str(v)) for first, v in body.get("mvs", ())),
                 updated=float(body["u"]),
+                handover_slot=None if body.get("ho") is None else int(body["ho"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"malformed campaign state blob ({exc})") from None

@@ -4,7 +4,8 @@ A slot update (paper Sec. 3.2.4): append the slot's stats to the stored state, r
 observations, run the posterior encoder, draw z with the shared counter-based noise, run the policy,
 and store the next ratio with one compare-and-set keyed on ``(episode, slot)``. The store's
 compare-and-set makes concurrent senders apply a slot once: the losers find the slot applied and
-answer as a retry would (``replayed`` with the same stats, 409 with other stats).
+answer as a retry would (``replayed`` with the same stats, 409 with other stats). A campaign whose model is failing
+it is handed to its controller for the rest of the episode (:mod:`service.handover`), a flag of the stored state.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from model.contract import SLOTS_PER_DAY
 from model.state import CampaignState, StateError
 from service.config import Settings
 from service.errors import ApiError, store_unavailable, unknown_campaign
+from service.handover import hand_over
 from service.metrics import Metrics
 from service.ratio_cache import RatioCache, summary_of
 from service.runner import Decided, ModelRunner
@@ -182,6 +184,7 @@ class Episodes:
                 return outcome
             reported = state.reported(update.delivery, update.cost, update.wins, update.auctions)
             decided = self.runner.decide([reported])  # one campaign: ~1 ms, less than a hop to a worker thread
+            decided, handed = hand_over(self.runner, [reported], decided)
             new = decided.state(0, reported)
             try:
                 current = await self.store.compare_and_set(
@@ -196,7 +199,7 @@ class Episodes:
                 raise self._refused(unknown_campaign(update.campaign_id)) from None
             if current is None:
                 self._applied(new)
-                self._count(decided, [(0, update.campaign_id)])
+                self._count(decided, [(0, update.campaign_id)], handed)
                 log.info(
                     "slot applied",
                     extra={
@@ -238,9 +241,10 @@ class Episodes:
         self.metrics.slot_updates.labels(result="applied").inc()
         self.metrics.store_up.set(1)  # a write landed: the store answers (not only after the next /readyz ping)
 
-    def _count(self, decided: Decided, landed: Sequence[tuple[int, str]]) -> None:
-        """Decisions by who decided; per campaign: shield actions and slots with out-of-range features. ``landed``:
-        ``(row of decided, campaign)`` of the decisions written (one that lost a compare-and-set never served)."""
+    def _count(self, decided: Decided, landed: Sequence[tuple[int, str]], handed: Sequence[bool] | None = None) -> None:
+        """Decisions by who decided; per campaign: shield actions, slots with out-of-range features and hand-overs
+        (``handed``: per row of decided, the decision hands the campaign over). ``landed``: ``(row of decided,
+        campaign)`` of the decisions written (one that lost a compare-and-set never served)."""
         kinds = [decided.decided_by[k] for k, _ in landed]
         for kind in set(kinds):
             n = kinds.count(kind)
@@ -252,6 +256,9 @@ class Episodes:
                 self.metrics.shield_actions.labels(campaign=self.metrics.campaign_label(campaign)).inc()
             if decided.out_of_range[k]:
                 self.metrics.out_of_range.labels(campaign=self.metrics.campaign_label(campaign)).inc()
+            if handed is not None and handed[k]:
+                self.metrics.handovers.labels(campaign=self.metrics.campaign_label(campaign)).inc()
+                log.warning("campaign handed over to its controller", extra={"campaign": campaign})
 
     async def apply_batch(self, updates: Sequence[SlotUpdate]) -> SlotUpdateBatchAnswer:
         """One answer per update, in order. Reads, decisions and writes go in chunks (one ``get_many``, one model call
@@ -385,6 +392,7 @@ class Episodes:
             part = pending[start:stop]
             async with self._lane:
                 decided = await self.runner.decide_in_background([s for _, s in part])
+                decided, handed = hand_over(self.runner, [s for _, s in part], decided)
                 news = [decided.state(k, reported) for k, (_, reported) in enumerate(part)]
                 writes = []
                 for (i, _), new in zip(part, news, strict=True):
@@ -402,7 +410,9 @@ class Episodes:
                     else:
                         results[i] = self._written(u, new, current)
                 self._count(
-                    decided, [(k, updates[i].campaign_id) for k, (i, _) in enumerate(part) if currents[k] is None]
+                    decided,
+                    [(k, updates[i].campaign_id) for k, (i, _) in enumerate(part) if currents[k] is None],
+                    handed,
                 )
             await self.yield_to_bids()
 

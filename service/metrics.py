@@ -38,7 +38,10 @@ class Metrics:
             registry=r,
         )
         self.decisions = Counter(
-            "rcb_decisions_total", "Ratios decided, by who decided (model or fallback)", ["decided_by"], registry=r
+            "rcb_decisions_total",
+            "Ratios decided, by who decided (model, shield, fallback or handover)",
+            ["decided_by"],
+            registry=r,
         )
         self.fallbacks = Counter("rcb_fallbacks_total", "Ratios decided by the fallback controller", registry=r)
         self.shield_actions = Counter(
@@ -51,6 +54,13 @@ class Metrics:
             "rcb_out_of_range_slots_total",
             "Slots decided outside the model's range (clipped features; for a planner, no scenario explains the day:"
             " posterior on its grids' edge or costs misfit), per campaign",
+            ["campaign"],
+            registry=r,
+        )
+        self.handovers = Counter(
+            "rcb_handovers_total",
+            "Campaigns handed to their controller for the rest of the episode (the model was failing them), per"
+            " campaign",
             ["campaign"],
             registry=r,
         )

@@ -167,7 +167,11 @@ class SlotAnswer(BaseModel):
     slot: int = Field(description="The next slot, the one `bid_ratio` is for (48: the episode is over)")
     bid_ratio: float = Field(ge=0, le=RATIO_MAX)
     model_version: str
-    decided_by: Literal["model", "fallback", "shield"]
+    decided_by: Literal["model", "fallback", "shield", "handover"] = Field(
+        description="Who decided `bid_ratio`: the model, the shield (it moved the model's ratio), the fallback "
+        "controller (the model could not run) or `handover` (the campaign's model was failing it: its controller "
+        "bids the rest of the episode)"
+    )
     replayed: bool = Field(description="True when this update had already been applied (same stats): nothing changed")
     budget_exhausted: bool = Field(description="The reported cost has reached the budget: /v1/bid answers 0")
 
@@ -218,6 +222,9 @@ class CampaignView(BaseModel):
     posterior: Posterior | None
     model_version: str
     decided_by: str
+    handed_over: bool = Field(
+        default=False, description="The campaign's controller bids the rest of this episode (`decided_by: handover`)"
+    )
     created: bool | None = Field(default=None, description="PUT only: true when this call started the episode")
 
 

@@ -26,5 +26,6 @@ def campaign_view(state: CampaignState, created: bool | None = None) -> Campaign
         posterior=posterior,
         model_version=state.model_version,
         decided_by=state.decided_by,
+        handed_over=state.handed_over,
         created=created,
     )

@@ -1,9 +1,9 @@
 """``GET /ui``: a status page of the campaigns in their current episodes, server-rendered (no script, no build).
 
-Per campaign: slot, cumulative ROI against L, spend against B, the ratio it bids now, who decided it
-(model or fallback), and a chart of its ratio and cumulative ROI over the day (inline SVG). It lists
-up to ``limit`` campaigns from the store (a scan: a page for people, not for the ad engine) and
-refreshes itself every 10 seconds.
+Per campaign: slot, cumulative ROI against L, spend against B, the ratio it bids now, who decided it (a badge
+unless the model: shield, fallback, or handover with the slot from which its controller bids the rest of the day),
+and a chart of its ratio and cumulative ROI over the day (inline SVG). It lists up to ``limit`` campaigns from the
+store (a scan: a page for people, not for the ad engine) and refreshes itself every 10 seconds.
 """
 
 from __future__ import annotations
@@ -65,6 +65,10 @@ def _row(state: CampaignState) -> str:
             f"{state.total_cost:,.1f} / {state.budget:,.1f}"
         )
     flag = "" if state.decided_by == "model" else f' <span class="badge {state.decided_by}">{state.decided_by}</span>'
+    if state.handover_slot is not None and state.decided_by != "handover":  # a reload's fallback, say
+        flag += ' <span class="badge handover">handover</span>'
+    if state.handover_slot is not None:
+        flag += f"<br><span class=muted>handed to its controller from slot {state.handover_slot}</span>"
     return (
         "<tr>"
         f"<td><b>{html.escape(state.campaign)}</b><br><span class=muted>{html.escape(state.episode)}</span></td>"
@@ -84,7 +88,7 @@ vertical-align: middle; } th { font-weight: 600; background: #f5f5f5; }
 .muted { color: #888; font-size: 12px; } .ok { color: #2a9d5c; font-weight: 600; } .bad { color: #c0392b;
 font-weight: 600; } .bar { width: 120px; height: 6px; background: #eee; margin-bottom: 3px; }
 .bar div { height: 6px; background: #e08e0b; } .badge { font-size: 11px; padding: 1px 5px; border-radius: 3px;
-background: #c0392b; color: white; } .legend span { margin-right: 14px; }
+background: #c0392b; color: white; } .badge.handover { background: #7c3aed; } .legend span { margin-right: 14px; }
 """
 
 
