@@ -14,6 +14,7 @@ from rcb.commands import (
     curves,
     evaluate,
     export,
+    fit,
     market,
     oracle,
     replay,
@@ -40,6 +41,7 @@ app.command("train", epilog=DOCS_EPILOG)(train.train_command)
 app.command("reselect", epilog=DOCS_EPILOG)(reselect.reselect_command)
 app.command("export", epilog=DOCS_EPILOG)(export.export_command)
 app.command("calibrate", epilog=DOCS_EPILOG)(calibrate.calibrate_command)
+app.command("fit", epilog=DOCS_EPILOG)(fit.fit_command)
 app.command("curves", epilog=DOCS_EPILOG)(curves.curves_command)
 app.command("serve", epilog=serve.EPILOG)(serve.serve_command)  # the same command as `python -m service`
 app.command("replay", epilog="HTTP API: docs/http-api.md. " + DOCS_EPILOG)(replay.replay_command)

@@ -278,7 +278,7 @@ class BidScaleInfo(_Strict):
 # --- The card ---------------------------------------------------------------------------------------------
 
 
-RECORD_FIELDS: Final = ("created", "source_run", "evaluation", "parity", "producer")
+RECORD_FIELDS: Final = ("created", "source_run", "evaluation", "parity", "producer", "fit")
 """Card fields that record how a model was made and measured; no decision reads them (`ModelCard.served_sha256`)."""
 
 
@@ -329,6 +329,10 @@ class ModelCard(_Strict):
     """The PID the safety shield and the fallback run around, tuned on the market served (``rcb calibrate``); absent:
     the training market's, ``training.controller`` (a controller model runs around itself). A residual policy's own
     reference, what it corrects, stays ``training.controller`` either way."""
+    fit: dict[str, Any] | None = None
+    """How ``rcb fit`` chose this model for the market it serves (:mod:`training.fit`): the rule, the held-out train
+    days it read and the train days' fingerprint, every candidate's figures there with their intervals, what was
+    chosen and how the chosen one was fitted for serving. A record: no decision reads it."""
 
     @property
     def is_planner(self) -> bool:
