@@ -8,7 +8,9 @@ ratios bid, plus the noise key ``(seed, campaign, episode)``:
 2. CBRL's trajectory ``tau_t = {(o_i, a_i / 4, o_{i+1})}_{i<t}`` (:mod:`model.trajectory`), padded to
    the batch's longest with a prefix mask, so campaigns at different slots share one encoder call;
 3. the posterior ``q(z | tau_t)`` and a sample ``z = mean + std * eps``, ``eps`` from the
-   counter-based noise of :mod:`model.sampling` (slot ``t`` in the counter);
+   counter-based noise of :mod:`model.sampling` (slot ``t`` in the counter); the service computes the
+   posterior incrementally (:meth:`Policy.use_incremental`, :mod:`model.incremental`): only the new
+   transitions, over each campaign's cached keys and values, checked against the rebuilt trajectory;
 4. the policy's deterministic ratio on ``(o_t, z)``, clipped to [0, 4].
 
 Steps 1, 2 and the noise are :func:`decision_inputs`, shared by every driver: :class:`Policy` runs
@@ -36,6 +38,7 @@ from model.contract import RATIO_MAX, RATIO_MIN
 from model.controller import ControllerGains, Reference
 from model.features import observation_sequence
 from model.history import History
+from model.incremental import IncrementalEncoder
 from model.planner import Depth
 from model.sampling import noise_batch, sample_posterior
 from model.state import CampaignState, stack_histories
@@ -163,6 +166,23 @@ class Policy:
         self.own_ratio_scale = self.bid_scale if artifact.card.builds_on_last_ratio else 1.0
         """What the ratios read back are divided by (:func:`decision_inputs`): the scale, for a model that builds
         on its last ratio; 1 for a residual or absolute one (its base is not what it bid)."""
+        self.incremental: IncrementalEncoder | None = None
+        """The encoder run over each campaign's new transitions only, with its per-process belief cache
+        (:meth:`use_incremental`); None: every decision encodes the whole trajectory (``encoder.onnx``)."""
+
+    def use_incremental(self, capacity: int) -> bool:
+        """Decide through :class:`model.incremental.IncrementalEncoder` (a cache of ``capacity`` campaigns' beliefs)
+        where the model has a posterior encoder whose graph it can read; whether it does. The posterior is the full
+        pass's within float32 rounding, and a campaign it has no belief of (or a stale one) costs one full pass."""
+        graph = self.artifact.encoder_graph
+        if not self.artifact.bayesian or graph is None or capacity <= 0:
+            return False
+        try:
+            self.incremental = IncrementalEncoder.from_onnx(graph, capacity)
+        except (ValueError, KeyError, IndexError):  # an encoder graph of another writer: the full pass decides
+            self.incremental = None
+            return False
+        return True
 
     @property
     def latent_dim(self) -> int:
@@ -180,16 +200,20 @@ class Policy:
             decided = [planner.decide(h) for h in histories]
             ratio = np.concatenate([r for r, _ in decided])
             return Decision(ratio=self._scaled(ratio), depth=Depth.concat([d for _, d in decided]))
-        return self.decide_inputs(
-            decision_inputs(histories, keys, self.latent_dim, self.controller, self.own_ratio_scale)
-        )
+        inputs = decision_inputs(histories, keys, self.latent_dim, self.controller, self.own_ratio_scale)
+        return self.decide_inputs(inputs, [(k.campaign, k.episode) for k in keys])
 
-    def decide_inputs(self, inputs: DecisionInputs) -> Decision:
+    def decide_inputs(self, inputs: DecisionInputs, campaigns: Sequence[tuple[str, str]] | None = None) -> Decision:
+        """The decision on ``inputs``; ``campaigns``, the ``(campaign, episode)`` of each row, lets
+        :attr:`incremental` encode from the rows' cached beliefs (without them, or without it, the full pass)."""
         if inputs.steps is None:
             ratio = self.artifact.act(inputs.obs)
             return Decision(ratio=self._scaled(ratio))
         assert inputs.mask is not None and inputs.eps is not None
-        mean, std = self.artifact.posterior(inputs.steps, inputs.mask)
+        if self.incremental is not None and campaigns is not None:
+            mean, std = self.incremental.posterior(campaigns, inputs.steps, inputs.mask)
+        else:
+            mean, std = self.artifact.posterior(inputs.steps, inputs.mask)
         ratio = self.artifact.act(inputs.obs, sample_posterior(mean, std, inputs.eps))
         return Decision(ratio=self._scaled(ratio), mean=mean.astype(np.float64), std=std.astype(np.float64))
 
@@ -206,7 +230,8 @@ class Policy:
             inverse = np.argsort([i for rows in groups for i in rows])
             depth = None if decision.depth is None else decision.depth.take(inverse)
             return Decision(ratio=decision.ratio[inverse], depth=depth)
-        return self.decide_inputs(states_inputs(states, self.latent_dim, self.controller, self.own_ratio_scale))
+        inputs = states_inputs(states, self.latent_dim, self.controller, self.own_ratio_scale)
+        return self.decide_inputs(inputs, [(s.campaign, s.episode) for s in states])
 
 
 def states_inputs(

@@ -33,6 +33,7 @@ from model.artifact import Artifact, ArtifactError, as_config, load_artifact
 from model.controller import RATIO_FLOOR, Controller, ControllerGains
 from model.features import out_of_range
 from model.history import History
+from model.incremental import single_threaded_blas
 from model.planner import Depth
 from model.policy import Decision, NoiseKey, Policy, slot_groups
 from model.shield import ShieldConfig, shield
@@ -86,6 +87,22 @@ def model_version(artifact: Artifact) -> str:
     what decides, not the card's bytes (recording figures on a served model keeps its version)."""
     digest = artifact.card.served_sha256()[:12]  # of the card loaded, not read again: the directory may have changed
     return f"{artifact.card.algorithm}-{artifact.card.setting}-{digest}"
+
+
+BELIEF_CACHE_ENV = "RCB_BELIEF_CACHE"
+"""How many campaigns' encoder beliefs each process keeps (:class:`model.incremental.BeliefCache`; 0: none, every
+slot update encodes its campaign's whole day). Default :data:`BELIEF_CACHE_ENTRIES`."""
+BELIEF_CACHE_ENTRIES = 10_000
+"""A belief of the shipped 5-member ensemble is 184 KiB (188,608 bytes, at any slot): 10,000 campaigns, 1.8 GiB."""
+
+
+def belief_cache_entries() -> int:
+    """:data:`BELIEF_CACHE_ENV`'s value, :data:`BELIEF_CACHE_ENTRIES` when unset or unreadable."""
+    try:
+        return max(0, int(os.environ.get(BELIEF_CACHE_ENV, BELIEF_CACHE_ENTRIES)))
+    except ValueError:
+        log.warning("unreadable %s; keeping %d campaigns' beliefs", BELIEF_CACHE_ENV, BELIEF_CACHE_ENTRIES)
+        return BELIEF_CACHE_ENTRIES
 
 
 class ModelRunner:
@@ -162,6 +179,8 @@ class ModelRunner:
                     self.load_error = str(exc)
             raise
         policy, version = Policy(artifact), model_version(artifact)
+        if policy.use_incremental(belief_cache_entries()):  # a new model starts with an empty belief cache
+            single_threaded_blas()
         with self._lock:
             self.policy, self.version, self.model_dir, self.load_error = policy, version, directory, None
             self.gains, self.shield_config, self.fallback = gains, shield_config, fallback

@@ -61,7 +61,14 @@ def _load(directory: Path, intra_op_threads: int) -> Artifact:
     _check_io(sessions[POLICY_FILE], card.policy_spec(), directory / POLICY_FILE)
     if card.bayesian:
         _check_io(sessions[ENCODER_FILE], card.encoder_spec(), directory / ENCODER_FILE)
-    artifact = Artifact(directory, card, sessions[POLICY_FILE], sessions.get(ENCODER_FILE), card_sha256=card_sha256)
+    artifact = Artifact(
+        directory,
+        card,
+        sessions[POLICY_FILE],
+        sessions.get(ENCODER_FILE),
+        card_sha256=card_sha256,
+        encoder_graph=files.get(ENCODER_FILE),
+    )
     _smoke_test(artifact)
     return artifact
 

@@ -33,6 +33,7 @@ class Artifact:
         *,
         card_sha256: str,
         controller: Controller | None = None,
+        encoder_graph: bytes | None = None,
     ):
         self.directory = directory
         self.card = card
@@ -45,6 +46,9 @@ class Artifact:
         """A planner model's law (``kind: planner``; no graphs), else None."""
         self.controller = controller
         """A controller model's law (``kind: controller``; no file), else None."""
+        self.encoder_graph = encoder_graph
+        """The ``encoder.onnx`` bytes the encoder session was built from (what :mod:`model.incremental` reads the
+        weights from), else None."""
 
     @property
     def bayesian(self) -> bool:

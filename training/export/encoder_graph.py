@@ -16,6 +16,10 @@ compares this graph with the torch module on batches of every length, empty rows
 
 An ensemble (:class:`~training.rl.ensemble.EnsembleEncoder`) is its members' graphs side by side, their
 posteriors concatenated, as in torch.
+
+The initializer and node names (``[m{k}.]embed.W``, ``block{i}.qkv.W``, ``block{i}.attention``, ``block{i}.norm1``
+...) are a contract: :mod:`model.incremental` reads the weights back by them and runs the same computation one
+transition at a time over cached keys and values, so an exported graph serves incrementally without re-export.
 """
 
 from __future__ import annotations
