@@ -24,7 +24,7 @@ import pandas as pd
 from research.significance import PairedGap, paired_gap
 
 BAR = 0.03
-"""Issue 12's bar: ANS at least the PID's + 0.03 (at the PID's CSR)."""
+"""The suite target: ANS at least the PID's + 0.03 (at the PID's CSR)."""
 
 
 @dataclass(frozen=True)

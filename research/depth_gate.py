@@ -1,13 +1,13 @@
 """Probe: the planner behind a shield that its own depth flag switches on (``python -m research.depth_gate``).
 
 The shield (:mod:`model.shield`) guards a policy out of its depth, and costs one that is not: on ``sparse``'s SC
-test days it costs the planner 0.039 ANS, on its 100 OOD days it gains it 0.070 (RESULTS.md, session 25). The planner
+test days it costs the planner 0.039 ANS, on its 100 OOD days it gains it 0.070 (RESULTS.md). The planner
 can say when it is out of its depth (:class:`model.planner.Depth`: its posterior on the grids' edges, or no scenario
 explaining the day's costs; alerts calibrated on the train days, as ``rcb export --plan`` writes them). ``gated``
 bids the planner alone until the first slot its flag fires and behind the shield from there to the day's end
 (latched: a day found out of the planner's depth stays so). Rows: ``pid``, ``plan``, ``shield:plan`` and
 ``gated``, each deterministic (one play), with paired bootstrap intervals against the PID and against
-``shield:plan``, and the share of days the flag fired. Pre-registered in 00a2be8.
+``shield:plan``, and the share of days the flag fired.
 """
 
 from __future__ import annotations

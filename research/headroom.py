@@ -69,8 +69,8 @@ MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3)
 """ROI margins of the informed rows: the ratio is chosen for ``L * (1 + m)`` on the twins (a CSR-ANS frontier)."""
 TWINS = 64
 """Twin days per played day. 8 were too few on the ``sparse`` market: over eight disjoint sets of 8 twins the
-informed constant ratio's gain over PID on its test days ranged from +0.009 to +0.059; 64 gave +0.028 (RESULTS.md,
-session 22). The cost grows with it: 64 twins of a 200,000-impression day took 2.4 s here (AMD EPYC, one core);
+informed constant ratio's gain over PID on its test days ranged from +0.009 to +0.059; 64 gave +0.028 (RESULTS.md).
+The cost grows with it: 64 twins of a 200,000-impression day took 2.4 s here (AMD EPYC, one core);
 ``--workers`` spreads the days over processes (BENCHMARKS.md)."""
 FROM_SLOTS = (0, 3, 8, 16, 24, 33, 40)
 """Slots at which ``informed-from`` rows are told the regime (the PID bids before)."""

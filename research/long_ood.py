@@ -71,7 +71,7 @@ def plot(rows: list[Row], frames: dict[Path, pd.DataFrame], out: Path, first: in
         style = styles.setdefault(rest, ["-", "--", "-.", ":"][len(styles) % 4])
         curve = running_mean(daily_gaps(frames[row.episodes], row.method, baseline))
         ax.plot(np.arange(1, len(curve) + 1), curve, color=colour, ls=style, label=row.label)
-    ax.axhline(ANS_MARGIN, color="k", lw=0.8, ls=(0, (1, 3)), label=f"bar: {baseline} + {ANS_MARGIN}")  # issue 12's
+    ax.axhline(ANS_MARGIN, color="k", lw=0.8, ls=(0, (1, 3)), label=f"bar: {baseline} + {ANS_MARGIN}")
     ax.axhline(0.0, color="grey", lw=0.6)
     ax.axvline(first, color="grey", lw=0.8, ls="--", label=f"the first {first} days")
     ax.set_xlabel("days read (in day order)")

@@ -2,7 +2,7 @@
 
 A bidder's score says how a day ended; this says how it got there. Two bidders can end at the same score from
 different days (one bids above its controller from noon and spends more, one opens low) or at the same operating
-point (RESULTS.md, session 17: on ``sparse`` the shipped model and the PID end at the same spend and ROI, so a
+point (RESULTS.md: on ``sparse`` the shipped model and the PID end at the same spend and ROI, so a
 shield that lifts underspending cannot help)::
 
     python -m research.pacing data/suite/bench data/suite/sparse --setting mc --split train \\

@@ -1,18 +1,18 @@
-"""Model selection between a set of training runs and their ensemble, on validation days only (issue 12).
+"""Model selection between a set of training runs and their ensemble, on validation days only.
 
 The rule, fixed before the test and OOD days are read: **ship the ensemble** (the median log-ratio of all
 runs), **unless the best single run beats it on the validation days by more than** :data:`SELECTION_MARGIN`.
 
 Why the ensemble is the default: the best single run's validation score is a maximum over seeds (and each
 run's epoch was chosen on those same days), so it is biased upward by the seed spread, while the ensemble
-is one bidder whose score has no such maximum in it. On the benchmark market (session 5) the best run beat
+is one bidder whose score has no such maximum in it. On the benchmark market the best run beat
 its ensemble on validation by 0.005 and then lost to it by 0.04 on test and 0.07 on OOD ANS.
 
 ``python -m research.selection VALIDATION_DIR [--method cbrl] [--ensemble ensemble:cbrl]`` prints the choice
 for an ``rcb evaluate --split validation`` output that played the runs (``METHOD=RUNS``: run k with seed k)
 and their ensemble; ``research/scripts/build_default_model.sh`` and :mod:`research.suite_report` apply the same rule.
 
-**One market's train days or several** (``rcb train --data HOME --data B ...``, session 19), fixed before the
+**One market's train days or several** (``rcb train --data HOME --data B ...``), fixed before the
 held-out days of the runs it was first applied to were read: train both on the home market with the default
 config, the pooled runs with ``--selection-days home`` (so both pick their epochs on the same six home days and
 their scores there carry the same selection bias), and serve the pooled runs' ensemble **only when, behind the

@@ -29,9 +29,9 @@ from research.significance import PairedGap, paired_gap
 from training.evaluation.report import per_seed_metrics
 
 ANS_MARGIN = 0.03
-"""CBRL must beat PID's median ANS by this much (issue 12)."""
+"""CBRL must beat PID's median ANS by this much (the suite target)."""
 CSR_SLACK = 0.05
-"""A shielded method's CSR may fall at most this far below PID's (issue 12)."""
+"""A shielded method's CSR may fall at most this far below PID's (the shield's bound)."""
 
 
 def _cell(row: dict[str, Any] | None) -> str:

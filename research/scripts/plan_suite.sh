@@ -2,7 +2,7 @@
 # The planner (`plan`, model/planner.py) on the market suite: each market's test days (data/suite/M) and 100 OOD
 # days (data/long-ood-100/M), played by the PID, `plan` and `shield:plan` (rcb evaluate), then a table of each
 # row's ANS (CSR) and its gap to the PID with a 95% paired bootstrap interval, and a plot of the gaps
-# (RESULTS.md, session 23).
+# (RESULTS.md).
 #
 #   bash research/scripts/plan_suite.sh                  # SC, four markets
 #   SETTING=mc MARKETS="sparse" bash research/scripts/plan_suite.sh

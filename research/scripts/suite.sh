@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The market suite (issue 12): train the default CBRL config on every market of the suite and evaluate
+# The market suite: train the default CBRL config on every market of the suite and evaluate
 # every method on each, so a design choice is checked beyond the benchmark market. Markets are the
 # presets of training/market/suite.py (bench, sparse, shifted, volatile; seed 0, prior MC constraints),
 # plus the two importer fixtures (tests/fixtures), which are too small to train on: there the shipped
 # model and the baselines play, with and without the shield. CBRL plays as its SEEDS runs (run k with
 # seed k) and as one ensemble of them (ensemble:, the median log-ratio), each with and without the shield. In SC the
-# ensemble is the SC default's snapshot ensemble (RESULTS.md, rule H): the SC runs train with --keep-epochs and every
+# ensemble is the SC default's snapshot ensemble (RESULTS.md): the SC runs train with --keep-epochs and every
 # epoch of each run's last quarter becomes a member (rcb reselect --snapshots: $RUNS/<market>/sc/snapshots/cbrl-s<k>/
-# epoch-NNN); in MC it is the runs as trained (MC's early epochs validate best: rule N).
+# epoch-NNN); in MC it is the runs as trained (MC's early epochs validate best).
 # The paper's RL rivals (RIVALS: Hard, CRL, USCB, RCPO) are trained with the same seeds and play beside it,
 # with and without the shield; USCB's gamma and RCPO's dual-ascent step are the values research/scripts/benchmark.sh
 # validated per setting.
