@@ -2,10 +2,10 @@
 # The main job, end to end, as a newcomer runs it: set up, generate a small non-stationary market, train a
 # CBRL policy on its train days, export it to ONNX (and the Bayesian planner on the same days, a model too),
 # evaluate them offline against the baselines, then serve them (and the shipped default model beside them) with
-# the embedded store, replay the held-out days through the HTTP API as an ad engine would, and print the results.
-# Outputs land in $OUT (default out/quickstart).
+# the embedded store, replay the held-out days through the HTTP API as an ad engine would, print the results, and
+# let rcb fit choose what to serve on the market. Outputs land in $OUT (default out/quickstart).
 #
-#   bash scripts/quickstart.sh                 # 4-9 minutes on 2 cores, plus the first-run install (1-4 minutes)
+#   bash scripts/quickstart.sh                 # 9-14 minutes on 2 cores, plus the first-run install (1-4 minutes)
 #   KEEP_SERVING=0 bash scripts/quickstart.sh  # stop the service at the end instead of leaving it up
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,22 +43,22 @@ cleanup() { for pid in ${servers[@]+"${servers[@]}"}; do kill "$pid" 2>/dev/null
 # On EXIT, not ERR: a failure inside a function or an explicit exit 1 fires no ERR trap and left the servers up.
 trap cleanup EXIT
 
-step "1/6 a small market: $DAYS_ID in-distribution days (half train, half test) + 4 OOD days, $IMPRESSIONS impressions each"
+step "1/7 a small market: $DAYS_ID in-distribution days (half train, half test) + 4 OOD days, $IMPRESSIONS impressions each"
 # Seed 1: other days than the benchmark market's (seed 0), on which the shipped default model was trained.
 rcb market generate --out "$MARKET" --days-id "$DAYS_ID" --days-ood 4 --impressions-per-day "$IMPRESSIONS" --seed 1 \
   --force
 rcb market report "$MARKET" --out "$OUT/market_report.png" > "$OUT/market_report.txt"
 
-step "2/6 train CBRL ($SETTING, $EPOCHS epochs x $UPDATES updates, seed 0) on the train days"
+step "2/7 train CBRL ($SETTING, $EPOCHS epochs x $UPDATES updates, seed 0) on the train days"
 rm -rf "$OUT/run-cbrl"
 rcb train --data "$MARKET" --setting "$SETTING" --algo cbrl --epochs "$EPOCHS" --updates-per-epoch "$UPDATES" --seed 0 \
   --out "$OUT/run-cbrl"
 
-step "3/6 export the best epoch to ONNX (checked against torch), and the planner on the same train days"
+step "3/7 export the best epoch to ONNX (checked against torch), and the planner on the same train days"
 rcb export --run "$OUT/run-cbrl" --out "$OUT/model" --force
 rcb export --plan "$MARKET" --setting "$SETTING" --out "$OUT/model-plan" --force
 
-step "4/6 offline evaluation on the test days: baselines tuned on the train days, the models, the hindsight oracle"
+step "4/7 offline evaluation on the test days: baselines tuned on the train days, the models, the hindsight oracle"
 # The shipped model plays only the setting it was trained for (rcb evaluate and rcb replay refuse the other).
 shipped_setting=$(.venv/bin/python -c "import json; print(json.load(open('models/default/model.json'))['setting'])")
 names="fresh plan"
@@ -74,7 +74,7 @@ rcb evaluate "$MARKET" --setting "$SETTING" --split test --seeds 1 --out "$OUT/e
 $shipped_methods,oracle-day" \
   > "$OUT/evaluate.md"
 
-step "5/6 serve the models (embedded store, safety shield on) and replay the test days through the HTTP API"
+step "5/7 serve the models (embedded store, safety shield on) and replay the test days through the HTTP API"
 rm -rf "$OUT/replay-default"  # a run of the other setting must not read an earlier run's replay of the shipped model
 declare -A urls
 declare -A models=([fresh]="$OUT/model" [plan]="$OUT/model-plan" [default]=models/default)
@@ -91,9 +91,16 @@ for name in $names; do
     --out "$OUT/replay-$name" > "$OUT/replay-$name.md"
 done
 
-step "6/6 results"
+step "6/7 results"
 .venv/bin/python -m scripts.quickstart_report "$OUT"
-echo "outputs in $OUT: market/, market_report.png, run-cbrl/ (curves.png), model/, model-plan/, evaluate/ (tables," >&2
+
+step "7/7 rcb fit: what to serve on this market, chosen on held-out train days (the run above is the CBRL candidate)"
+# The path for one's own market: rcb market import, rcb fit, rcb serve. Here the train days' validation fold is two
+# days, so the choice rests on little; on a market with 30 train days it reads six.
+rm -rf "$OUT/model-fit" "$OUT/model-fit.work"
+rcb fit "$MARKET" --setting "$SETTING" --out "$OUT/model-fit" --seeds 0 --candidate "$OUT/model"
+echo "serve it: rcb serve --model $OUT/model-fit" >&2
+echo "outputs in $OUT: market/, market_report.png, run-cbrl/ (curves.png), model/, model-plan/, model-fit/, evaluate/ (tables," >&2
 echo "  plots), replay-${names// /\/, replay-}/ (the service's own episodes, slots.csv, plots)" >&2
 if [ "$KEEP_SERVING" = 1 ]; then
   kill "${servers[@]:1}" 2>/dev/null || true
