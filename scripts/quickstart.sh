@@ -5,7 +5,7 @@
 # the embedded store, replay the held-out days through the HTTP API as an ad engine would, print the results, and
 # let rcb fit choose what to serve on the market. Outputs land in $OUT (default out/quickstart).
 #
-#   bash scripts/quickstart.sh                 # 9-14 minutes on 2 cores, plus the first-run install (1-4 minutes)
+#   bash scripts/quickstart.sh                 # 7-14 minutes on 2 cores, plus the first-run install (1-4 minutes)
 #   KEEP_SERVING=0 bash scripts/quickstart.sh  # stop the service at the end instead of leaving it up
 set -euo pipefail
 cd "$(dirname "$0")/.."
