@@ -16,10 +16,10 @@ import typer
 from typer.testing import CliRunner
 
 from rcb.commands.market_import import import_command, parse_days
-from training.market import adapters
-from training.market.adapters import SUPPORTED_FORMATS, import_market, split_assignment
+from training.market import importers as adapters
 from training.market.constraints import curve_of, draw_market_constraints, draw_paper_constraints
 from training.market.dataset import MANIFEST, Market, file_sha256
+from training.market.importers import SUPPORTED_FORMATS, import_market, split_assignment
 from training.market.importers import auctionnet as auctionnet_importer
 from training.market.importers import market as market_writer
 from training.market.schema import SchemaError

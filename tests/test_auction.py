@@ -131,8 +131,8 @@ def test_written_logs_validate_against_the_schema(tmp_path: Path, fmt: str):
 
 def test_logs_import_as_a_market_with_the_days_simulated(tmp_path: Path):
     """Round trip through `rcb market import --format rcb`: the market holds the simulated days row for row."""
-    from training.market.adapters import SUPPORTED_FORMATS
     from training.market.dataset import Market
+    from training.market.importers import SUPPORTED_FORMATS
 
     if "rcb" not in SUPPORTED_FORMATS:
         pytest.skip("this checkout's importer has no rcb format")

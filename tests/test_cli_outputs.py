@@ -35,14 +35,14 @@ def no_heavy_work(monkeypatch: pytest.MonkeyPatch) -> None:
     import training.evaluation.curves
     import training.evaluation.evaluate
     import training.export.onnx
-    import training.market.adapters
     import training.market.generator
+    import training.market.importers
     import training.market.report
     import training.rl.runs
 
     for module, name in [
         (training.market.generator, "generate_market"),
-        (training.market.adapters, "import_market"),
+        (training.market.importers, "import_market"),
         (training.market.report, "collect_facts"),
         (training.evaluation.evaluate, "evaluate"),
         (training.rl.runs, "run_training"),

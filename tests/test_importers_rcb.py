@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from rcb.cli import app
 from rcb.commands.market_import import Delivery, LogFormat
-from training.market.adapters import DELIVERY_MODES, SUPPORTED_FORMATS, import_market
 from training.market.constraints import curve_of, draw_market_constraints
 from training.market.dataset import MANIFEST, Market
+from training.market.importers import DELIVERY_MODES, SUPPORTED_FORMATS, import_market
 from training.market.importers.constraints_file import UNUSED_REASON
 from training.market.importers.rcb_logs import TIMESTAMP_RANGE
 from training.market.schema import SchemaError

@@ -143,7 +143,7 @@ def import_command(
 ) -> None:
     """Import impression logs into a market directory (docs/data-schema.md); invalid rows are left out and
     reported by reason."""
-    from training.market.adapters import check_source, import_market, read_constraints_file
+    from training.market.importers import check_source, import_market, read_constraints_file
 
     with user_errors():
         check_output_dir(out)

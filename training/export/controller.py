@@ -23,20 +23,18 @@ from model.artifact import (
     CARD_FILE,
     CONTROLLER_LAWS,
     FORMAT_VERSION,
-    ArtifactError,
     ControllerInfo,
     EvaluationInfo,
     ModelCard,
     TrainingInfo,
-    load_artifact,
 )
 from model.contract import Setting
 from model.controller import GAIN_FIELDS
-from training.bidders.base import Bidder, play
-from training.bidders.onnx import OnnxBidder
+from training.bidders.base import Bidder
 from training.bidders.tuned import tuned_baseline
 from training.evaluation.evaluate import split_days
-from training.export.destination import ExportError, check_destination
+from training.export.destination import ExportError, check_market_export
+from training.export.replay_parity import replayed_gap
 from training.files import atomic_write_text, built_beside
 from training.market.dataset import Market
 from training.replay.dayset import DaySet
@@ -79,13 +77,8 @@ def market_controller(
 
 
 def check_controller_export(market_dir: Path, out: Path, force: bool = False) -> Market:
-    """The refusals :func:`export_controller` makes before any work, for a caller to make before its progress bar:
-    ``out`` taken (without ``force``), ``market_dir`` not a market or without train days. Returns the market."""
-    check_destination(Path(out), force)
-    market = Market.open(Path(market_dir))
-    if not market.split("train"):
-        raise ExportError(f"{market_dir} has no train days: a controller is tuned on the train days")
-    return market
+    """The refusals :func:`export_controller` makes before any work (:func:`check_market_export`)."""
+    return check_market_export(market_dir, out, force, "a controller is tuned on the train days")
 
 
 def controller_card(info: ControllerInfo, setting: Setting, record: dict[str, Any]) -> ModelCard:
@@ -134,17 +127,7 @@ def export_controller(
         atomic_write_text(building / CARD_FILE, card.to_json())
         if progress:
             progress("parity")
-        try:
-            artifact = load_artifact(building)
-        except ArtifactError as exc:
-            raise ExportError(f"the exported controller does not load: {exc}") from None
-        days = train()
-        shown = days.subset(np.arange(min(CONTROLLER_PARITY_DAYS, len(days))))
-        ratios = []
-        for bidder in (tuned, OnnxBidder(artifact)):
-            played = play(bidder, shown.indexes(), shown.episode_days(1), shown.registration(1), 0)
-            ratios.append(played.history.ratios)
-        worst = float(np.max(np.abs(ratios[0] - ratios[1])))
+        _, worst = replayed_gap(building, tuned, train(), CONTROLLER_PARITY_DAYS, "controller")
         if not worst <= PARITY_TOLERANCE:  # NaN included
             raise ExportError(f"the exported controller does not reproduce the tuned one: ratios off by {worst:.2e}")
         card = card.model_copy(update={"parity": {"ratio": worst}})

@@ -1,10 +1,11 @@
-"""Where an export goes: the refusals every export (``rcb export``, ``--plan``) makes before any work."""
+"""Where an export goes: the refusals every export (``rcb export``, ``--plan``, ``--controller``) makes first."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from model.artifact import CARD_FILE
+from training.market.dataset import Market
 
 
 class ExportError(ValueError):
@@ -24,3 +25,14 @@ def check_destination(out: Path, force: bool) -> None:
             raise ExportError(f"{out} is a non-empty directory that holds no model artifact; choose another --out")
         if not force:
             raise ExportError(f"{out} already holds a model artifact; pass --force to overwrite it")
+
+
+def check_market_export(market_dir: Path, out: Path, force: bool, needs_train_days: str) -> Market:
+    """The refusals an export fitted on a market's train days makes before any work, for a caller to make before its
+    progress bar: ``out`` taken (without ``force``), ``market_dir`` not a market or without train days
+    (``needs_train_days`` says why they are needed). Returns the market."""
+    check_destination(Path(out), force)
+    market = Market.open(Path(market_dir))
+    if not market.split("train"):
+        raise ExportError(f"{market_dir} has no train days: {needs_train_days}")
+    return market

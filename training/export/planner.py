@@ -18,24 +18,21 @@ from model.artifact import (
     CARD_FILE,
     FORMAT_VERSION,
     SCENARIOS_FILE,
-    ArtifactError,
     EvaluationInfo,
     ModelCard,
     PlannerInfo,
     TrainingInfo,
     file_sha256,
-    load_artifact,
 )
 from model.contract import Setting
 from model.controller import GAIN_FIELDS
 from model.planner import VERSION as PLANNER_VERSION
 from model.planner import calibrated_alerts, save_scenarios
 from training.bidders import planner as planner_bidder
-from training.bidders.base import play
-from training.bidders.onnx import OnnxBidder
 from training.bidders.tuned import tuned_baseline
 from training.evaluation.evaluate import split_days
-from training.export.destination import ExportError, check_destination
+from training.export.destination import ExportError, check_market_export
+from training.export.replay_parity import replayed_gap
 from training.files import atomic_write_text, built_beside
 from training.market.dataset import Market
 
@@ -46,13 +43,8 @@ Progress = Callable[[str], None]
 
 
 def check_planner_export(market_dir: Path, out: Path, force: bool = False) -> Market:
-    """The refusals :func:`export_planner` makes before any work, for a caller to make before its progress bar:
-    ``out`` taken (without ``force``), ``market_dir`` not a market or without train days. Returns the market."""
-    check_destination(Path(out), force)
-    market = Market.open(Path(market_dir))
-    if not market.split("train"):
-        raise ExportError(f"{market_dir} has no train days: the planner's scenarios are the train days")
-    return market
+    """The refusals :func:`export_planner` makes before any work (:func:`check_market_export`)."""
+    return check_market_export(market_dir, out, force, "the planner's scenarios are the train days")
 
 
 def export_planner(
@@ -125,17 +117,8 @@ def export_planner(
         atomic_write_text(building / CARD_FILE, card.to_json())
         if progress:
             progress("parity")
-        try:
-            artifact = load_artifact(building)
-        except ArtifactError as exc:
-            raise ExportError(f"the exported planner does not load: {exc}") from None
+        artifact, worst = replayed_gap(building, tuned, days, PLANNER_PARITY_DAYS, "planner")
         assert artifact.planner is not None
-        shown = days.subset(np.arange(min(PLANNER_PARITY_DAYS, len(days))))
-        ratios = []
-        for bidder in (tuned, OnnxBidder(artifact)):
-            played = play(bidder, shown.indexes(), shown.episode_days(1), shown.registration(1), 0)
-            ratios.append(played.history.ratios)
-        worst = float(np.max(np.abs(ratios[0] - ratios[1])))
         if not worst == 0:  # NaN included
             raise ExportError(f"the exported planner does not reproduce the tuned one: ratios off by {worst:.2e}")
         card = card.model_copy(update={"parity": {"ratio": worst}})

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from model.artifact import ModelCard
 from model.contract import Setting
+from training.bidders.tuned import tuned_baseline
 from training.fit.candidates import (
     BUILT_IN,
     Candidate,
@@ -181,8 +182,7 @@ def run_fit(prepared: Prepared, reporter: Reporter | None = None) -> FitResult:
         baselines, gains = baseline_candidates(
             held, work, lambda method: reporter.advance("tuning", description=f"tuned {method}")
         )
-        from training.bidders.tuned import tuned_baseline  # the market's cache: the served model's safety controller
-
+        # the market's own cache: the PID tuned on all the train days is the served model's safety controller
         tuned_baseline(market, "pid", setting, lambda: train)
         reporter.advance("tuning", description="tuned the PID on all the train days")
 

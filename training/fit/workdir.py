@@ -23,6 +23,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,7 @@ FIT_VERSION = "1"
 
 def code_version() -> str:
     """The code a cached play was computed with: the package's version and :data:`FIT_VERSION`."""
-    from rcb import __version__
-
-    return f"rcb {__version__}, fit {FIT_VERSION}"
+    return f"rcb {version('rcb')}, fit {FIT_VERSION}"
 
 
 def key_of(fields: dict[str, Any]) -> str:

@@ -1,1 +1,1 @@
-"""Impression logs: schema and validation, Parquet/CSV IO, manifests, generator, adapters, report."""
+"""Impression logs: schema and validation, Parquet/CSV IO, manifests, generator, importers, report."""

@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from training.market.generator import ID_FAMILY, OOD_FAMILY, MarketConfig
+from training.market.zoo import parse_zoo_name, zoo_config
 
 PRESETS: dict[str, MarketConfig] = {
     "bench": MarketConfig(),
@@ -44,8 +45,6 @@ PRESETS: dict[str, MarketConfig] = {
 def preset(name: str, **overrides: Any) -> MarketConfig:  # any of MarketConfig's fields, of several types
     """The named preset, or zoo draw (``zoo-07``), with some fields replaced (the CLI's --days-id, --seed, ...)."""
     if name.startswith("zoo-"):
-        from training.market.zoo import parse_zoo_name, zoo_config
-
         return zoo_config(parse_zoo_name(name), **overrides)
     if name not in PRESETS:
         raise ValueError(f"unknown market preset {name!r}; known: {', '.join(PRESETS)}, zoo-00 .. zoo-19")
