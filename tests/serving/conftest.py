@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 
 from service.store import EpisodeStore, open_store
 
-from .redis_servers import RedisClusterProcs, RedisNotInstalled, RedisServer, delete_prefix
+from .redis_servers import RedisClusterProcs, RedisNotInstalled, RedisServer, delete_prefix, running_cluster
 
 STORE_KINDS = [
     pytest.param("memory", id="memory"),
@@ -50,17 +50,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterProcs]:
-    try:
-        cluster = RedisClusterProcs(tmp_path_factory.mktemp("redis-cluster"))
-    except RedisNotInstalled as e:
-        pytest.fail(str(e), pytrace=False)
-    try:
-        cluster.start()
-    except BaseException:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
+    with running_cluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(autouse=True)

@@ -14,9 +14,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
@@ -336,6 +337,21 @@ class RedisClusterProcs:
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
+
+
+@contextlib.contextmanager
+def running_cluster(directory: Path, node_timeout_ms: int = 2000) -> Iterator[RedisClusterProcs]:
+    """A started local cluster in ``directory``, stopped on exit (also when it fails to start); a missing
+    redis-server fails the test with its message."""
+    try:
+        cluster = RedisClusterProcs(directory, node_timeout_ms=node_timeout_ms)
+    except RedisNotInstalled as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def raw_client(url: str) -> redis.asyncio.Redis | RedisCluster:

@@ -21,7 +21,7 @@ from service.store import Notice, RedisClusterStore, Stored, StoreError, StoreUn
 from service.store.cluster import slot_channel, slot_tags
 
 from .app_fixtures import rcb_serve, update
-from .redis_servers import RedisClusterProcs, RedisNotInstalled, delete_prefix, raw_client
+from .redis_servers import RedisClusterProcs, delete_prefix, raw_client, running_cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -30,17 +30,8 @@ DAY = "2024-05-01"
 
 @pytest.fixture(scope="module")
 def patient_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterProcs]:
-    try:
-        cluster = RedisClusterProcs(tmp_path_factory.mktemp("patient-cluster"), node_timeout_ms=60_000)
-    except RedisNotInstalled as e:
-        pytest.fail(str(e), pytrace=False)
-    try:
-        cluster.start()
-    except BaseException:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
+    with running_cluster(tmp_path_factory.mktemp("patient-cluster"), node_timeout_ms=60_000) as cluster:
+        yield cluster
 
 
 @pytest.fixture(autouse=True)
