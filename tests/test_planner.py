@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pandas as pd
 import pytest
+from planner_fixtures import sc_train_days, small_market
 
 from model import planner as law
 from model.contract import SLOTS_PER_DAY, Setting
@@ -16,22 +17,18 @@ from training.bidders import planner
 from training.bidders.base import play
 from training.evaluation.evaluate import evaluate, split_days
 from training.market.dataset import Market
-from training.market.generator import config_with, generate_market
 from training.replay.dayset import DaySet, split_validation
 from training.replay.simulator import DayIndex
-
-SMALL = config_with(days_id=8, days_ood=2, impressions_per_day=20_000, seed=3)
 
 
 @pytest.fixture(scope="module")
 def market(tmp_path_factory: pytest.TempPathFactory) -> Market:
-    return Market.open(generate_market(tmp_path_factory.mktemp("plan") / "market", SMALL, workers=1).root)
+    return small_market(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def train(market: Market) -> DaySet:
-    _, train = split_days(market, "test", Setting.SC)
-    return train()
+    return sc_train_days(market)
 
 
 @pytest.fixture(scope="module")

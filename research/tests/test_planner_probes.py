@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import typer
+from planner_fixtures import sc_train_days, small_market
 from typer.testing import CliRunner
 
 from model import planner as law
-from model.contract import Setting
 from model.controller import ControllerGains
 from model.history import History
 from model.shield import shield
@@ -16,23 +16,18 @@ from research import planner_evidence
 from research.depth_gate import DepthGatedShield
 from training.bidders import planner
 from training.bidders.base import Bidder, play
-from training.evaluation.evaluate import split_days
 from training.market.dataset import Market
-from training.market.generator import config_with, generate_market
 from training.replay.dayset import DaySet
-
-SMALL = config_with(days_id=8, days_ood=2, impressions_per_day=20_000, seed=3)
 
 
 @pytest.fixture(scope="module")
 def market(tmp_path_factory: pytest.TempPathFactory) -> Market:
-    return Market.open(generate_market(tmp_path_factory.mktemp("plan") / "market", SMALL, workers=1).root)
+    return small_market(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def train(market: Market) -> DaySet:
-    _, train = split_days(market, "test", Setting.SC)
-    return train()
+    return sc_train_days(market)
 
 
 @pytest.fixture(scope="module")
