@@ -22,16 +22,15 @@ the cache holds, the posterior is a function of the stored stats alone.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from model.contract import SLOTS_PER_DAY
 
@@ -363,18 +362,8 @@ def single_threaded_blas() -> bool:
     """
     if "OPENBLAS_NUM_THREADS" in os.environ:
         return False
-    libs = Path(np.__file__).resolve().parent.parent / "numpy.libs"
-    for path in sorted(libs.glob("libscipy_openblas*")) + sorted(libs.glob("libopenblas*")):
-        try:
-            lib = ctypes.CDLL(str(path))  # numpy has loaded it: the same library, not a second copy
-        except OSError:
-            continue
-        for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads"):
-            setter = getattr(lib, name, None)
-            if setter is not None:
-                setter(1)
-                return True
-    return False
+    limited = threadpool_limits(limits=1, user_api="blas")  # in force for the process: nothing restores it
+    return bool(limited.get_original_num_threads().get("blas"))
 
 
 # --- The computation ------------------------------------------------------------------------------------------

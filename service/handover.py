@@ -12,7 +12,7 @@ The hand-over is part of the safety layer: it runs where the shield runs, on the
 onnx:MODEL_DIR`` plays it. Behind the default band the rule cannot fire: once the day's ROI is below the target with
 2% of B spent, the band tops out at 90% of the controller's ratio, so the shield already holds the model below it. It
 fires behind a band that lets the model bid above the controller under threat (a card's ``shield`` section with
-``tight_above > 0``, a ``trust`` that widens every edge): there the controller is the more cautious, and takes over.
+``tight_above > 0``): there the controller is the more cautious, and takes over.
 A controller model is its own controller: nothing to hand over to. A row the fallback decided (the model could not
 run) is not judged (the model did not bid it) unless the campaign is already handed over. The rule reads only
 campaigns that spent something: the cheap checks come first, and the controller's ratio is computed only for the
