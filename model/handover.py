@@ -15,7 +15,7 @@ around) for the rest of the episode. The rule, per campaign, at the decision for
   after the shield where it runs). Where the controller would bid more, handing over would not make the campaign
   more careful, so the model keeps it. Behind the default shield, whose band under full threat tops out at 90% of
   the controller's ratio, the rule therefore never fires (the shield already holds the model below the controller);
-  it fires behind a band that lets the model above the controller under threat (``tight_above > 0``, a ``trust``).
+  it fires behind a band that lets the model above the controller under threat (``tight_above > 0``).
 
 Once handed over, a campaign stays with the controller for the rest of that episode, even if the ROI recovers (the
 recovery is the controller's; handing back would let a failing model spend the margin again); a new episode starts
