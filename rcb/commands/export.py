@@ -9,14 +9,20 @@ market's train days as a controller model (no file but its card), what `rcb eval
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from model.contract import Setting
 from rcb.commands.common import check_output_dir, fail, print_json, progress, user_errors
+
+if TYPE_CHECKING:
+    from model.artifact import ModelCard
+
+Progress = Callable[[str], None]
 
 # training/ (pandas, torch, matplotlib, the solvers) is imported inside the functions, so `rcb --help` loads none
 # of it (rcb/cli.py).
@@ -172,28 +178,49 @@ def export_command(
         )
 
 
-def _export_plan(market: Path, setting: Setting, out: Path, force: bool, as_json: bool) -> None:
+def _stepped_export(
+    what: str,
+    steps: list[str],
+    out: Path,
+    check: Callable[[], object],
+    export: Callable[[Progress], ModelCard],
+    quiet: bool,
+) -> ModelCard:
+    """An export fitted on a market's train days under a progress bar of its ``steps``: ``out`` and ``check`` (the
+    export's own refusals) are checked before the bar is drawn; a refusal is one line, exit 2."""
     from training.export.destination import ExportError
-    from training.export.planner import check_planner_export, export_planner
     from training.files import built_in
     from training.market.dataset import MarketError
 
-    steps = {"tuning": 0, "alerts": 1, "scenarios.npz": 2, "parity": 3}
     with user_errors():
         try:
             check_output_dir(out)
             check_output_dir(built_in(out), "--out's directory")
-            check_planner_export(market, out, force)  # refused before the bar is drawn
-            with progress(quiet=as_json) as bar:
-                task = bar.add_task("exporting the planner: tuning on the train days", total=len(steps))
+            check()
+            with progress(quiet=quiet) as bar:
+                task = bar.add_task(f"exporting {what}: tuning on the train days", total=len(steps))
 
                 def step(name: str) -> None:
-                    bar.update(task, description=f"exporting the planner: {name}", completed=steps[name])
+                    bar.update(task, description=f"exporting {what}: {name}", completed=steps.index(name))
 
-                card = export_planner(market, setting, out, force=force, progress=step)
-                bar.update(task, description="exporting the planner: done", completed=len(steps))
+                card = export(step)
+                bar.update(task, description=f"exporting {what}: done", completed=len(steps))
         except (ExportError, MarketError) as exc:
             raise fail(str(exc)) from None
+    return card
+
+
+def _export_plan(market: Path, setting: Setting, out: Path, force: bool, as_json: bool) -> None:
+    from training.export.planner import check_planner_export, export_planner
+
+    card = _stepped_export(
+        "the planner",
+        ["tuning", "alerts", "scenarios.npz", "parity"],
+        out,
+        lambda: check_planner_export(market, out, force),
+        lambda step: export_planner(market, setting, out, force=force, progress=step),
+        as_json,
+    )
     assert card.planner is not None
     files = sorted(p.name for p in out.iterdir())
     size = sum((out / name).stat().st_size for name in files)
@@ -219,26 +246,15 @@ def _export_plan(market: Path, setting: Setting, out: Path, force: bool, as_json
 
 def _export_controller(law: str, market: Path, setting: Setting, out: Path, force: bool, as_json: bool) -> None:
     from training.export.controller import check_controller_export, export_controller
-    from training.export.destination import ExportError
-    from training.files import built_in
-    from training.market.dataset import MarketError
 
-    steps = {"tuning": 0, "parity": 1}
-    with user_errors():
-        try:
-            check_output_dir(out)
-            check_output_dir(built_in(out), "--out's directory")
-            check_controller_export(market, out, force)  # refused before the bar is drawn
-            with progress(quiet=as_json) as bar:
-                task = bar.add_task(f"exporting the {law}: tuning on the train days", total=len(steps))
-
-                def step(name: str) -> None:
-                    bar.update(task, description=f"exporting the {law}: {name}", completed=steps[name])
-
-                card = export_controller(market, law, setting, out, force=force, progress=step)
-                bar.update(task, description=f"exporting the {law}: done", completed=len(steps))
-        except (ExportError, MarketError) as exc:
-            raise fail(str(exc)) from None
+    card = _stepped_export(
+        f"the {law}",
+        ["tuning", "parity"],
+        out,
+        lambda: check_controller_export(market, out, force),
+        lambda step: export_controller(market, law, setting, out, force=force, progress=step),
+        as_json,
+    )
     assert card.controller is not None
     info = card.controller
     summary = {
