@@ -12,7 +12,10 @@ from service.errors import ERROR_BODY, ApiError
 
 router = APIRouter(tags=["health"])
 
-READYZ_503 = "Not ready (`not_ready`): the store is unreachable or no model is loaded; the detail says which"
+READYZ_503 = (
+    "Not ready (`not_ready`): the store is unreachable, its update notices are not subscribed yet, or no model is "
+    "loaded; the detail says which"
+)
 
 
 @router.head("/healthz", include_in_schema=False)  # load balancers probe with HEAD
@@ -27,13 +30,16 @@ async def healthz() -> dict[str, str]:
     "/readyz", responses={503: {"description": READYZ_503, "content": {"application/json": {"schema": ERROR_BODY}}}}
 )
 async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metrics: MetricsDep) -> dict[str, object]:
-    """Ready to take traffic: the store answers a ping and a model is loaded (not the fallback)."""
+    """Ready to take traffic: the store answers a ping, its update notices have been subscribed (so this process
+    hears the other processes' writes and bids at their ratios, not at one it cached), and a model is loaded (not the
+    fallback)."""
     store_up = await store.ping()
     metrics.store_up.set(1 if store_up else 0)
     artifact = runner.artifact
     detail = {
         "store": settings.store_kind,
         "store_reachable": store_up,
+        "store_listening": store.heard_updates,
         "model_loaded": artifact is not None,
         "model_version": runner.version,
         "algorithm": None if artifact is None else artifact.card.algorithm,
@@ -47,7 +53,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
         # the controller the shield and the fallback run around, and the market whose train days tuned it
         "safety_controller": runner.controller_source(),
     }
-    if not (store_up and artifact is not None):
+    if not (store_up and store.heard_updates and artifact is not None):
         raise ApiError(503, "not_ready", detail)
     return {"status": "ready", **detail}
 

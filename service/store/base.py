@@ -206,6 +206,13 @@ class EpisodeStore(Protocol):
         than once."""
         ...
 
+    @property
+    def heard_updates(self) -> bool:
+        """Whether the subscription has been confirmed once since :meth:`subscribe` (the in-process store: always),
+        so that the writes of other processes reach this one. It stays true through a later loss, which reconnects
+        in the background: one stalled node of a cluster does not make every process unready."""
+        ...
+
     async def aclose(self) -> None:
         """Stop delivering updates and release connections."""
         ...

@@ -534,6 +534,7 @@ class RedisClusterStore(RedisStore):
     def _listening_changed(self) -> None:
         if self._to_listen and self._to_listen <= self._listening:
             self._subscribed.set()
+            self._heard_updates = True  # every primary's channels confirmed once
         else:
             self._subscribed.clear()
 

@@ -152,5 +152,9 @@ class MemoryStore:
     async def subscribe(self, on_update: UpdateCallback) -> None:
         self._subscribers.append(on_update)
 
+    @property
+    def heard_updates(self) -> bool:
+        return True  # one process: every write is this process's own
+
     async def aclose(self) -> None:
         self._subscribers.clear()

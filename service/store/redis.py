@@ -174,6 +174,7 @@ class RedisStore:
         self._subscribers: list[UpdateCallback] = []
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
+        self._heard_updates = False
         self._closed = False
 
     # -- construction hooks (RedisClusterStore overrides these) ------------------------------------------------
@@ -426,6 +427,10 @@ class RedisStore:
             async with asyncio.timeout(max(1.0, 4 * self.timeout_s)):
                 await self._subscribed.wait()
 
+    @property
+    def heard_updates(self) -> bool:
+        return self._heard_updates
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -462,6 +467,7 @@ class RedisStore:
                     if message is not None and message["type"] == "subscribe":
                         break
                 self._subscribed.set()
+                self._heard_updates = True
                 if attempt:
                     log.info("store updates: resubscribed to %s on %s", self.channel, self.where)
                 wait = backoff

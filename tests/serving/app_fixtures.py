@@ -79,14 +79,18 @@ def metric(text: str, name: str) -> float:
 
 
 def rcb_serve(model: Path, store: str = "memory", *args: str, ready_timeout: float = 60, **env: str) -> ServerProcess:
-    """``rcb serve`` as its own process on a free port (a context manager), ready when /readyz answers 200.
+    """``rcb serve`` as its own process on a free port (a context manager), ready when /readyz answers 200 (with
+    ``--workers``, 32 times in a row: every worker has subscribed to the store's notices).
 
     ``env`` adds ``RCB_*`` settings (e.g. ``RCB_NOISE_SEED="4"``); ``args`` more ``rcb serve`` flags.
     """
     port = free_port()
     cmd = [sys.executable, "-m", "rcb.cli", "serve", "--model", str(model), "--store", store, "--port", str(port)]
     cmd += ["--log-level", "warning", *args]
-    return start_process(cmd, port, cpu=None, ready_path="/readyz", env=env, ready_timeout=ready_timeout)
+    in_a_row = 32 if "--workers" in args else 1
+    return start_process(
+        cmd, port, cpu=None, ready_path="/readyz", env=env, ready_timeout=ready_timeout, ready_in_a_row=in_a_row
+    )
 
 
 def rcb_replay(url: str, market: Path, out: Path, *args: str) -> Any:

@@ -44,6 +44,22 @@ def test_ready_with_a_model_and_a_store(models):
         assert 'rcb_request_seconds_count{method="POST",route="/v1/bid",status="200"}' in text
 
 
+def test_not_ready_until_the_store_has_heard_its_update_notices(models, monkeypatch):
+    """A process that has not subscribed yet would bid at ratios it cached while the other processes' writes
+    passed it by: /readyz answers 503 and says so, and 200 once the subscription is confirmed."""
+    from service.store import MemoryStore
+
+    heard = [False]
+    monkeypatch.setattr(MemoryStore, "heard_updates", property(lambda self: heard[0]))
+    with serving(models.cbrl_model) as c:
+        waiting = c.get("/readyz")
+        assert waiting.status_code == 503 and waiting.json()["detail"]["store_listening"] is False, waiting.text
+        assert waiting.json()["detail"]["store_reachable"] is True
+        heard[0] = True
+        ready = c.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["store_listening"] is True
+
+
 def test_every_slot_update_is_counted_once_by_result_and_the_store_gauge_starts_true(models):
     """Unknown campaigns in a batch, unreadable states, duplicates and invalid updates went uncounted, so the results
     did not sum to the updates received; rcb_store_up read 0 until the first slot update (after registrations too)."""

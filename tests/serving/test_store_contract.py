@@ -264,6 +264,14 @@ async def test_a_resent_write_does_not_claim_a_state_an_older_script_wrote_over_
         await client.aclose()
 
 
+async def test_heard_updates_once_the_subscription_is_confirmed(store: EpisodeStore) -> None:
+    """A Redis store has heard nothing before it subscribes (``/readyz`` waits for it); the in-process store hears
+    every write it makes."""
+    assert store.heard_updates is isinstance(store, MemoryStore)
+    await store.subscribe(lambda notice: None)
+    assert await wait_for(lambda: store.heard_updates, 5.0)
+
+
 async def test_subscribe_sees_writes_of_another_instance(store: EpisodeStore, store_url: str) -> None:
     seen: list[str] = []
     await store.subscribe(lambda notice: seen.append(notice.campaign))
