@@ -105,12 +105,9 @@ def start_process(
     ready_timeout: float = 30.0,
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike | None = None,
-    ready_in_a_row: int = 1,
 ) -> ServerProcess:
     """Start ``cmd`` (which must listen on ``host:port``), pin it to ``cpu`` and wait until ``ready_path``
-    answers with a status below 500, ``ready_in_a_row`` times in a row (each on a new connection, so that with
-    several worker processes sharing the port each of them, almost surely, has answered). Its output goes to a
-    temporary log file (``ServerProcess.log_tail``)."""
+    answers with a status below 500. Its output goes to a temporary log file (``ServerProcess.log_tail``)."""
     log_fd, log_name = tempfile.mkstemp(prefix="loadtest-server-", suffix=".log")
     full_env = {**os.environ, **(env or {})}
     full_env.setdefault("PYTHONPATH", str(_REPO))
@@ -123,12 +120,7 @@ def start_process(
         if cpu is not None:
             os.sched_setaffinity(proc.pid, {cpu})  # OSError (EINVAL) if this CPU does not exist / is not allowed
         deadline = time.monotonic() + ready_timeout
-        in_a_row = 0
-        while in_a_row < ready_in_a_row:
-            if _http_ready(host, port, ready_path):
-                in_a_row += 1
-                continue
-            in_a_row = 0
+        while not _http_ready(host, port, ready_path):
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log_tail()}")
             if time.monotonic() > deadline:

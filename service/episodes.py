@@ -22,7 +22,7 @@ from service.errors import ApiError, store_unavailable, unknown_campaign
 from service.handover import hand_over
 from service.metrics import Metrics
 from service.ratio_cache import RatioCache, summary_of
-from service.runner import Decided, ModelRunner
+from service.runner import Decided, ModelRunner, in_background
 from service.schemas import BatchItem, CampaignRegistration, SlotAnswer, SlotUpdate, SlotUpdateBatchAnswer
 from service.store import EpisodeStore, StoreBusy, Stored, StoreError, UnknownCampaign
 
@@ -384,22 +384,20 @@ class Episodes:
         pending: list[tuple[int, CampaignState]],
         read: dict[int, bytes],
     ) -> None:
-        """Chunk by chunk: decide (one model call on the nice-19 batch thread:
-        :meth:`ModelRunner.decide_in_background`), write (one pipelined round trip on Redis; on the memory store
-        no await at all, so the chunks are what lets the loop breathe), answer; the bids in flight go first between
-        chunks."""
+        """Chunk by chunk: decide and build the new states (one model call on the nice-19 batch thread:
+        :meth:`_decided_states`), write (pipelined round trips on Redis, small ones while bids flow; on the memory
+        store no await at all, so the chunks are what lets the loop breathe), answer; the bids in flight go first
+        between chunks."""
         for start, stop in self._background_spans(len(pending)):
             part = pending[start:stop]
             async with self._lane:
-                decided = await self.runner.decide_in_background([s for _, s in part])
-                decided, handed = hand_over(self.runner, [s for _, s in part], decided)
-                news = [decided.state(k, reported) for k, (_, reported) in enumerate(part)]
+                decided, handed, news, blobs = await in_background(self._decided_states, [s for _, s in part])
                 writes = []
-                for (i, _), new in zip(part, news, strict=True):
+                for (i, _), blob in zip(part, blobs, strict=True):
                     u = updates[i]
-                    writes.append((u.campaign_id, u.episode, u.slot, new.to_bytes(), read[i]))
+                    writes.append((u.campaign_id, u.episode, u.slot, blob, read[i]))
                 summaries = [summary_of(new) for new in news]  # each write's notice says what it bids
-            currents = await self.store.compare_and_set_many(writes, summaries)
+            currents = await self.store.compare_and_set_many(writes, summaries, chunk=self._write_chunk())
             async with self._lane:
                 for (i, _), new, current in zip(part, news, currents, strict=True):
                     u = updates[i]
@@ -415,6 +413,20 @@ class Episodes:
                     handed,
                 )
             await self.yield_to_bids()
+
+    def _decided_states(
+        self, reported: list[CampaignState]
+    ) -> tuple[Decided, list[bool], list[CampaignState], list[bytes]]:
+        """A chunk's decision, hand-overs, new states and their blobs: the CPU work of a chunk, all on the batch
+        thread (the loop only sends the writes and answers)."""
+        decided = self.runner.decide(reported)
+        decided, handed = hand_over(self.runner, reported, decided)
+        news = [decided.state(k, state) for k, state in enumerate(reported)]
+        return decided, handed, news, [new.to_bytes() for new in news]
+
+    def _write_chunk(self) -> int:
+        """Writes per pipelined round trip: small while bids flow (each pipeline is packed on the loop)."""
+        return _CHUNK_WITH_BIDS if self.cache.bids_flowing() else _CHUNK
 
     def _unavailable_item(self, update: SlotUpdate, error: StoreError) -> BatchItem:
         """The 503 item, inside a 200 batch, of an update whose read or write the store did not take; counted."""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from anyio import to_thread
@@ -42,6 +42,7 @@ from model.state import CampaignState, stack_histories
 log = logging.getLogger("rcb.service")
 
 FALLBACK_VERSION = "fallback-controller"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -295,11 +296,13 @@ class ModelRunner:
     async def decide_async(self, states: Sequence[CampaignState]) -> Decided:
         return await to_thread.run_sync(self.decide, list(states))
 
-    async def decide_in_background(self, states: Sequence[CampaignState]) -> Decided:
-        """:meth:`decide` on a thread of the lowest CPU priority (nice 19), for slot-boundary batches: on a busy core
-        the kernel runs the bids' thread first, and onnxruntime releases the GIL while the encoder runs."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(_background_pool(), self.decide, list(states))
+
+async def in_background(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on the batch thread, of the lowest CPU priority (nice 19): a slot batch's CPU work (its
+    decisions and new states), off the event loop the bids run on. On a busy core the kernel runs the bids' thread
+    first, and onnxruntime releases the GIL while the encoder runs."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_background_pool(), fn, *args)
 
 
 _BACKGROUND: ThreadPoolExecutor | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 
 from fastapi import APIRouter, Response
@@ -37,6 +38,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
     metrics.store_up.set(1 if store_up else 0)
     artifact = runner.artifact
     detail = {
+        "process": os.getpid(),  # which worker answered (``rcb serve --workers N`` runs N)
         "store": settings.store_kind,
         "store_reachable": store_up,
         "store_listening": store.heard_updates,

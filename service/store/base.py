@@ -180,12 +180,13 @@ class EpisodeStore(Protocol):
         ...
 
     async def compare_and_set_many(
-        self, items: Sequence[CasItem], summaries: Sequence[Summary | None] | None = None
+        self, items: Sequence[CasItem], summaries: Sequence[Summary | None] | None = None, chunk: int = 256
     ) -> list[Stored | StoreError | None]:
         """:meth:`compare_and_set` of many ``(campaign, episode, expected_slot, blob, expected)``, each checked and
         written on its own, as alone (a batch of slot updates); ``summaries``, one per item where given, go into the
-        writes' notices. Per item, in order: None (written), the :class:`Stored` state found instead, or the error
-        the single call would raise, as a value."""
+        writes' notices; ``chunk`` items a round trip where the store has round trips. Per item, in order: None
+        (written), the :class:`Stored` state found instead, or the error the single call would raise, as a
+        value."""
         ...
 
     async def delete(self, campaign: str) -> None:

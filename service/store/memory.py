@@ -124,7 +124,7 @@ class MemoryStore:
         return None
 
     async def compare_and_set_many(
-        self, items: Sequence[CasItem], summaries: Sequence[Summary | None] | None = None
+        self, items: Sequence[CasItem], summaries: Sequence[Summary | None] | None = None, chunk: int = 256
     ) -> list[Stored | StoreError | None]:
         """:meth:`compare_and_set` of each item, in order; an item's error is its answer, not raised."""
         check_cas_items(items, summaries)

@@ -141,7 +141,7 @@ def test_store_outages_inside_a_batch_are_counted_and_the_gauge_follows_the_writ
         store = c.app.state.store
         real = store.compare_and_set_many
 
-        async def down(items, summaries=None):  # as a Redis pipeline that failed answers: every item its error
+        async def down(items, summaries=None, chunk=256):  # as a failed Redis pipeline answers: every item its error
             return [StoreUnavailable("memory: a stand-in outage") for _ in items]
 
         monkeypatch.setattr(store, "compare_and_set_many", down)
