@@ -78,8 +78,7 @@ class ControllerGains:
         return cls(**gains)  # type: ignore[arg-type]
 
     def sequence(self, history: History, until: int | None = None) -> np.ndarray:
-        """:func:`controller_sequence` with these gains: what a residual policy reads as ``controller_ratio``
-        (:class:`model.planner.PlanReference` answers the same call for the planner)."""
+        """:func:`controller_sequence` with these gains: what a residual policy reads as ``controller_ratio``."""
         return controller_sequence(history, self, until)
 
     def ratios(self, history: History) -> np.ndarray:

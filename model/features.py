@@ -33,9 +33,8 @@ A **residual** model (``rcb train --algo cbrl``, the default, or ``--residual``)
                      policy's ratio is ``c_t`` times its own correction
 ===================  ==========================================================================
 
-It needs the controller, so the functions below take it (``controller``: the PID's gains, or the planner as
-:class:`model.planner.PlanReference`, ``rcb train --reference plan``); without it they compute the base features
-only.
+It needs the controller, so the functions below take it (``controller``: the PID's gains); without it they
+compute the base features only.
 """
 
 from __future__ import annotations

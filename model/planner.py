@@ -25,9 +25,6 @@ policy.
 
 from __future__ import annotations
 
-import copy
-import functools
-import weakref
 import zipfile
 from dataclasses import dataclass, field
 from itertools import islice
@@ -202,77 +199,6 @@ class TunedPlanner:
         return answers[:, 0].copy(), Depth(
             answers[:, 1].copy(), answers[:, 2].copy(), self.edge_alert, self.misfit_alert
         )
-
-
-class PlanReference:
-    """The planner as a residual policy's reference controller (``rcb train --reference plan``): the ratio
-    :func:`plan` bids before each slot, what the policy reads as ``controller_ratio`` and corrects.
-
-    A residual policy's encoder reads the reference of every past slot, and a plan is dear (milliseconds a campaign),
-    so the references of a history are kept as they are made: a history played slot by slot costs one plan a slot,
-    as the policy itself does. They are kept per :class:`History` object (which only ever grows: a kept plan is never
-    stale) while it lives; a new object (``History.until``, ``of_stats``) is planned afresh, up to 48 plans.
-    ``exclude``: per row, the scenario it may not use (a train day played in training: leave-one-out, as the planner
-    is tuned); -1 for none."""
-
-    def __init__(
-        self,
-        scenarios: Scenarios,
-        margin: float,
-        cost_sd: float,
-        noise_aware: bool = False,
-        exclude: int | np.ndarray = -1,
-        name: str = "",
-        fingerprint: str = "",
-    ):
-        self.scenarios, self.margin, self.cost_sd, self.noise_aware = scenarios, margin, cost_sd, noise_aware
-        self.exclude = exclude
-        self.name = name
-        """What the scenarios are (the market's train days, say): part of :meth:`__repr__`, which an ensemble's
-        members must share."""
-        self.fingerprint = fingerprint
-        """The train split fingerprint of the market whose train days are the scenarios (``""``: not known)."""
-        self._made: dict[tuple[int, bytes], tuple[weakref.ref[History], np.ndarray]] = {}
-        """The plans made per (history, exclusions), shared with :meth:`excluding`'s copies: a copy made for the
-        same rows finds the plans another made (the replay buffer reads what the acting policy read)."""
-
-    def __repr__(self) -> str:
-        return (
-            f"PlanReference({self.name!r}, days={self.scenarios.days}, margin={self.margin!r},"
-            f" cost_sd={self.cost_sd!r}, noise_aware={self.noise_aware!r})"
-        )
-
-    def excluding(self, rows: np.ndarray) -> PlanReference:
-        """The same reference for episodes that play scenario ``rows[i]``'s own day (each row leaves it out)."""
-        clone = copy.copy(self)  # a shallow copy: it shares the plans made (:attr:`_made`)
-        clone.exclude = np.asarray(rows, np.int64)
-        return clone
-
-    def sequence(self, history: History, until: int | None = None) -> np.ndarray:
-        """``(n, until + 1)``: the plan before each slot ``0..until`` (default ``history.slot``), as
-        :func:`model.controller.controller_sequence` answers for the PID. After the day's last slot (``until`` 48,
-        the terminal observation) nothing is left to plan: the last slot's plan stands."""
-        last = history.slot if until is None else until
-        if not 0 <= last <= history.slot:
-            raise ValueError(f"slot {last} is not observed yet (history has {history.slot} slots)")
-        key = (id(history), np.broadcast_to(np.asarray(self.exclude, np.int64), (history.n,)).tobytes())
-        entry = self._made.get(key)
-        if entry is None or entry[0]() is not history:
-            made = np.full((history.n, SLOTS_PER_DAY + 1), np.nan)
-            self._made[key] = (weakref.ref(history, functools.partial(self._forget, key)), made)
-        else:
-            made = entry[1]
-        for t in np.flatnonzero(np.isnan(made[:, : last + 1]).any(axis=0)):
-            # in slot order, so slot 47's plan is made before the terminal column copies it
-            made[:, t] = made[:, t - 1] if t == SLOTS_PER_DAY else self._plan_at(history, int(t))
-        return made[:, : last + 1].copy()
-
-    def _forget(self, key: tuple[int, bytes], _: object) -> None:
-        self._made.pop(key, None)
-
-    def _plan_at(self, history: History, slot: int) -> np.ndarray:
-        seen = history if slot == history.slot else history.until(slot)
-        return plan(self.scenarios, seen, self.margin, self.cost_sd, self.exclude, self.noise_aware)
 
 
 @dataclass(frozen=True)
