@@ -189,9 +189,9 @@ def start_rcb_serve(store: str, workers: int, cpu: int | None) -> ServerProcess:
     port = free_port()
     rcb = str(Path(sys.executable).parent / "rcb")
     cmd = [rcb, "serve", "--store", store, "--workers", str(workers), "--port", str(port), "--log-level", "warning"]
-    server = start_process(cmd, port, cpu=cpu, ready_path="/readyz", env=service_env(store), ready_timeout=60)
-    time.sleep(1.0 if workers > 1 else 0.2)  # /readyz answers from the first worker up: let the others finish
-    return server
+    return start_process(
+        cmd, port, cpu=cpu, ready_path="/readyz", env=service_env(store), ready_timeout=60, workers=workers
+    )
 
 
 def pin(pid: int, cpu: int) -> None:

@@ -9,6 +9,7 @@ The load generator then pins itself to another CPU (``pin_current_process(1)``; 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +53,16 @@ def _http_ready(host: str, port: int, path: str, timeout: float = 0.5) -> bool:
         return data.startswith(b"HTTP/1.") and int(data[9:12]) < 500
     except ValueError:
         return False
+
+
+def _answering_process(url: str) -> int | None:
+    """The ``process`` a 200 answer of ``url`` names, on a new connection (so each probe lands on whichever worker
+    accepts it); None for any other answer or none."""
+    try:
+        with urllib.request.urlopen(url, timeout=5.0) as reply:
+            return int(json.loads(reply.read())["process"])
+    except (OSError, ValueError, KeyError, TypeError):  # refused, 503 (HTTPError is an OSError), not JSON
+        return None
 
 
 @dataclass
@@ -105,9 +117,12 @@ def start_process(
     ready_timeout: float = 30.0,
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike | None = None,
+    workers: int = 1,
 ) -> ServerProcess:
     """Start ``cmd`` (which must listen on ``host:port``), pin it to ``cpu`` and wait until ``ready_path``
-    answers with a status below 500. Its output goes to a temporary log file (``ServerProcess.log_tail``)."""
+    answers with a status below 500; with ``workers`` > 1, until it has answered 200 from that many processes (its
+    JSON names the one answering, ``process``, as rcb's ``/readyz`` does). Its output goes to a temporary log file
+    (``ServerProcess.log_tail``)."""
     log_fd, log_name = tempfile.mkstemp(prefix="loadtest-server-", suffix=".log")
     full_env = {**os.environ, **(env or {})}
     full_env.setdefault("PYTHONPATH", str(_REPO))
@@ -126,6 +141,15 @@ def start_process(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"server not ready after {ready_timeout}s:\n{server.log_tail()}")
             time.sleep(0.05)
+        ready: set[int] = set()
+        while workers > 1 and len(ready) < workers:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(ready)} of {workers} workers ready after {ready_timeout}s")
+            process = _answering_process(f"{server.url}{ready_path}")
+            if process is None:
+                time.sleep(0.05)
+            else:
+                ready.add(process)
     except BaseException:
         server.stop()
         raise

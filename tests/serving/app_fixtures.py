@@ -6,15 +6,12 @@ The ``models`` and ``client`` fixtures live in conftest.py; these are the factor
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 from fastapi.testclient import TestClient
 
 from loadtest.run_server import ServerProcess, free_port, start_process
@@ -90,30 +87,10 @@ def rcb_serve(model: Path, store: str = "memory", *args: str, ready_timeout: flo
     port = free_port()
     cmd = [sys.executable, "-m", "rcb.cli", "serve", "--model", str(model), "--store", store, "--port", str(port)]
     cmd += ["--log-level", "warning", *args]
-    server = start_process(cmd, port, cpu=None, ready_path="/readyz", env=env, ready_timeout=ready_timeout)
     workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
-    try:
-        ready_processes(server.url, workers, ready_timeout)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
-def ready_processes(url: str, workers: int, timeout: float) -> None:
-    """Wait until /readyz has answered 200 from ``workers`` processes (each probe on a new connection, so each lands
-    on whichever worker accepts it)."""
-    ready: set[int] = set()
-    deadline = time.monotonic() + timeout
-    while len(ready) < workers:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(ready)} of {workers} workers ready after {timeout:.0f}s")
-        with contextlib.suppress(httpx.HTTPError):
-            reply = httpx.get(f"{url}/readyz", timeout=5.0)
-            if reply.status_code == 200:
-                ready.add(reply.json()["process"])
-                continue
-        time.sleep(0.05)
+    return start_process(
+        cmd, port, cpu=None, ready_path="/readyz", env=env, ready_timeout=ready_timeout, workers=workers
+    )
 
 
 def rcb_replay(url: str, market: Path, out: Path, *args: str) -> Any:
