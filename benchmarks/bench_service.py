@@ -499,6 +499,18 @@ def single_updates(url: str, ids: list[str], slot: int) -> dict:
     return {"p50": lat["p50"], "p99": lat["p99"], "max": lat["max"], "errors": s["errors"]}
 
 
+def measured_singles(url: str, ids: list[str], slot: int, loads: list[str]) -> dict:
+    """:func:`single_updates` with the training paused, logged; its load average appended to ``loads``. Once only:
+    the campaigns are a slot further after it."""
+    sg, quiet = measured(lambda: single_updates(url, ids, slot), retries=0)
+    loads.append(quiet.load)
+    log(
+        f"  slot {slot}: single updates at 100/s: p50 {sg['p50']:.2f} ms, p99 {sg['p99']:.2f} ms, "
+        f"max {sg['max']:.2f} ms, errors {sg['errors']}  ({quiet.note()})"
+    )
+    return sg
+
+
 def mixed_row(sm: dict) -> dict:
     """The bid latency during and outside the boundary burst of one ``mixed`` run, and its ratio."""
     burst = sm["streams"]["burst"]
@@ -549,13 +561,7 @@ def incremental_walk(n_single: int, n_boundary: int, bid_rate: float, tmp: Path)
         log(f"  registered {n_single + n_boundary:,} campaigns in {time.perf_counter() - started:.1f} s")
         for slot in range(LAST_SLOT + 1):
             if slot in (1, LAST_SLOT):
-                sg, quiet = measured(lambda slot=slot: single_updates(url, ids_single, slot), retries=0)
-                out["single"][slot] = sg
-                loads.append(quiet.load)
-                log(
-                    f"  slot {slot}: single updates at 100/s: p50 {sg['p50']:.2f} ms, p99 {sg['p99']:.2f} ms, "
-                    f"max {sg['max']:.2f} ms, errors {sg['errors']}  ({quiet.note()})"
-                )
+                out["single"][slot] = measured_singles(url, ids_single, slot, loads)
             else:
                 post_batches(url, ids_single, slot, 1000, 2, seed=slot)
             if slot == MIXED_SLOT:
@@ -601,13 +607,7 @@ def full_recompute(n_single: int, n_boundary: int, bid_rate: float, reps: int, t
             clone(client, seeds, ids_boundary[n_seed:])
             saved = snapshot(client, ids_boundary)
             assert all(int(s_) == slot for _, s_, _ in saved), f"campaigns not at slot {slot}"
-            sg, quiet = measured(lambda slot=slot: single_updates(url, ids_single, slot), retries=0)
-            out["single"][slot] = sg
-            loads.append(quiet.load)
-            log(
-                f"  slot {slot}: single updates at 100/s: p50 {sg['p50']:.2f} ms, p99 {sg['p99']:.2f} ms  "
-                f"({quiet.note()})"
-            )
+            out["single"][slot] = measured_singles(url, ids_single, slot, loads)
             walls = []
             for rep in range(reps):
 
