@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
 from model.contract import SLOTS_PER_DAY, Setting
@@ -61,17 +62,6 @@ def run_dir(tmp_path: Path) -> Path:
     (run / "best.pt").write_bytes(b"not really")
     (run / "curves.csv").write_text("epoch,updates,train_score,validation_score\n0,10,0.1,0.1\n")
     return run
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr  # no bar drawn before it
-    assert result.stdout == ""
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 def commands(market: Path, run: Path, out: str) -> dict[str, list[str]]:

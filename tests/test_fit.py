@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
 from model.artifact import CARD_FILE, load_artifact, read_card
@@ -241,32 +242,25 @@ def test_require_learned_exits_1_when_a_controller_wins(fitted: dict[str, Any]):
         assert result.exit_code == 0, result.output
 
 
-def one_line_error(result: Any, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output and result.stdout == ""
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-
-
 def test_bad_input_exits_2_with_one_line(market: Path, tmp_path: Path):
     invoke = lambda *args: CliRunner().invoke(app, ["fit", *args, *BUDGET])  # noqa: E731
-    one_line_error(invoke(str(tmp_path / "nowhere"), "--setting", SETTING, "--out", str(tmp_path / "m")))
+    assert_one_line_error(invoke(str(tmp_path / "nowhere"), "--setting", SETTING, "--out", str(tmp_path / "m")))
     (tmp_path / "file").write_text("x")
-    one_line_error(invoke(str(market), "--setting", SETTING, "--out", str(tmp_path / "file")), "is a file")
-    one_line_error(invoke(str(market), "--setting", SETTING, "--out", str(tmp_path / "file" / "m")), "not a directory")
-    one_line_error(
+    assert_one_line_error(invoke(str(market), "--setting", SETTING, "--out", str(tmp_path / "file")), "is a file")
+    assert_one_line_error(
+        invoke(str(market), "--setting", SETTING, "--out", str(tmp_path / "file" / "m")), "not a directory"
+    )
+    assert_one_line_error(
         invoke(str(market), "--setting", SETTING, "--out", str(tmp_path / "m"), "--candidate", str(tmp_path)),
         "--candidate",
     )
     small = tmp_path / "small"
     generate_market(small, config_with(days_id=4, days_ood=0, impressions_per_day=500, seed=1), workers=1)
-    one_line_error(invoke(str(small), "--setting", SETTING, "--out", str(tmp_path / "m")), "train days")
+    assert_one_line_error(invoke(str(small), "--setting", SETTING, "--out", str(tmp_path / "m")), "train days")
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "notes.txt").write_text("mine")
-    one_line_error(invoke(str(market), "--setting", SETTING, "--out", str(taken)), "holds no model")
+    assert_one_line_error(invoke(str(market), "--setting", SETTING, "--out", str(taken)), "holds no model")
 
 
 def test_a_candidate_fitted_on_the_held_out_days_is_refused(fitted: dict[str, Any], market: Path, tmp_path: Path):
@@ -279,7 +273,7 @@ def test_a_candidate_fitted_on_the_held_out_days_is_refused(fitted: dict[str, An
     result = CliRunner().invoke(
         app, ["fit", str(market), "--setting", SETTING, "--out", str(tmp_path / "m"), "--candidate", str(planner)]
     )
-    one_line_error(result, "scenario")
+    assert_one_line_error(result, "scenario")
     cbrl = Path(fitted["summary"]["report"]["json"]).parents[1] / "candidates" / CANDIDATE
     check_existing(cbrl, Market.open(market), Setting(SETTING))  # held out fold 0: the days the fit reads
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
 from rcb.cli import app
@@ -433,15 +434,6 @@ def test_a_market_reimported_in_its_own_format_is_the_same_market(tmp_path: Path
 def test_log_formats_and_delivery_modes_match_the_importers():
     assert sorted(f.value for f in LogFormat) == sorted(SUPPORTED_FORMATS)
     assert tuple(d.value for d in Delivery) == DELIVERY_MODES
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output and result.stdout == ""
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 def test_cli_refuses_bad_input_in_one_line(four_days: Path, tmp_path: Path):
