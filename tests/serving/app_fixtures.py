@@ -12,11 +12,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from fastapi.testclient import TestClient
 
 from loadtest.run_server import ServerProcess, free_port, start_process
+from model.contract import SLOTS_PER_DAY
 from service.config import Settings
 from service.main import create_app
+from training.replay.dayset import DaySet
+from training.replay.simulator import BatchedReplay
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -31,6 +35,35 @@ def settings_for(model_dir: Path, store: str = "memory", **overrides: Any) -> Se
 def serving(model_dir: Path, store: str = "memory", **overrides: Any) -> Iterator[TestClient]:
     with TestClient(create_app(settings_for(model_dir, store, **overrides)), raise_server_exceptions=False) as client:
         yield client
+
+
+def play_day(client: TestClient, days: DaySet, k: int) -> tuple[list[float], list[dict[str, Any]]]:
+    """Day ``k`` of ``days`` played through the API, the simulator as the ad engine: campaign ``episode-{k}``,
+    episode ``offline``, registered with the day's constraints, then every slot's stats reported. The ratios it bid
+    (the registration's, then each answer's: ``SLOTS_PER_DAY + 1``) and the slot answers."""
+    campaign, budget = f"episode-{k}", float(days.budget[k])
+    registration = {
+        "episode": "offline",
+        "roi_target": float(days.roi_target[k]),
+        "budget": None if np.isinf(budget) else budget,
+    }
+    ratios, answers = [client.put(f"/v1/campaigns/{campaign}", json=registration).json()["bid_ratio"]], []
+    env = BatchedReplay([days.indexes()[k]], np.array([0]), np.array([budget]))
+    for slot in range(SLOTS_PER_DAY):
+        step = env.step(np.array([ratios[-1]]))
+        stats = {
+            "delivery": float(step.delivery[0]),
+            "cost": float(step.cost[0]),
+            "wins": int(step.wins[0]),
+            "auctions": int(step.auctions[0]),
+        }
+        reply = client.post(
+            "/v1/slot-update", json={"campaign_id": campaign, "episode": "offline", "slot": slot, **stats}
+        )
+        assert reply.status_code == 200, reply.text
+        answers.append(reply.json())
+        ratios.append(answers[-1]["bid_ratio"])
+    return ratios, answers
 
 
 def register(

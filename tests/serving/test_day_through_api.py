@@ -21,9 +21,8 @@ from training.bidders.base import Outcome, play
 from training.bidders.onnx import OnnxBidder
 from training.market.dataset import Market
 from training.replay.dayset import DaySet
-from training.replay.simulator import BatchedReplay
 
-from .app_fixtures import serving
+from .app_fixtures import play_day, serving
 
 SEED = 11
 
@@ -68,35 +67,8 @@ def day_through_api(model: Path, days: DaySet, store: str) -> list[dict]:
     played = []
     with serving(model, store=store, noise_seed=SEED, key_prefix=prefix) as client:
         for k in range(len(days)):
-            budget = float(days.budget[k])
-            campaign = f"episode-{k}"
-            answer = client.put(
-                f"/v1/campaigns/{campaign}",
-                json={
-                    "episode": "offline",
-                    "roi_target": float(days.roi_target[k]),
-                    "budget": None if np.isinf(budget) else budget,
-                },
-            ).json()
-            env = BatchedReplay([days.indexes()[k]], np.array([0]), np.array([budget]))
-            ratios = [answer["bid_ratio"]]
-            for slot in range(SLOTS_PER_DAY):
-                step = env.step(np.array([ratios[-1]]))
-                r = client.post(
-                    "/v1/slot-update",
-                    json={
-                        "campaign_id": campaign,
-                        "episode": "offline",
-                        "slot": slot,
-                        "delivery": float(step.delivery[0]),
-                        "cost": float(step.cost[0]),
-                        "wins": int(step.wins[0]),
-                        "auctions": int(step.auctions[0]),
-                    },
-                )
-                assert r.status_code == 200, r.text
-                ratios.append(r.json()["bid_ratio"])
-            played.append({"ratios": ratios[:SLOTS_PER_DAY], "view": client.get(f"/v1/campaigns/{campaign}").json()})
+            ratios, _ = play_day(client, days, k)
+            played.append({"ratios": ratios[:SLOTS_PER_DAY], "view": client.get(f"/v1/campaigns/episode-{k}").json()})
     return played
 
 

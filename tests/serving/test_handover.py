@@ -26,9 +26,8 @@ from training.bidders.rm import ConstantRatio
 from training.bidders.shielded import ShieldedBidder
 from training.market.dataset import Market
 from training.replay.dayset import DaySet
-from training.replay.simulator import BatchedReplay
 
-from .app_fixtures import metric, register, serving, update
+from .app_fixtures import metric, play_day, register, serving, update
 from .test_health_and_model import runaway_model
 
 BUDGET = 100.0
@@ -142,30 +141,8 @@ def test_the_service_plays_the_hand_overs_the_offline_wrapper_plays(models, trus
     assert (wrapper.handed >= 0).any()
     with serving(trusted, shield=True) as c, runaway_model(c):
         for k in range(len(days)):
-            campaign = f"episode-{k}"
-            budget = float(days.budget[k])
-            answer = c.put(
-                f"/v1/campaigns/{campaign}",
-                json={
-                    "episode": "offline",
-                    "roi_target": float(days.roi_target[k]),
-                    "budget": None if np.isinf(budget) else budget,
-                },
-            ).json()
-            env = BatchedReplay([days.indexes()[k]], np.array([0]), np.array([budget]))
-            ratios, deciders = [answer["bid_ratio"]], []
-            for slot in range(SLOTS_PER_DAY):
-                step = env.step(np.array([ratios[-1]]))
-                stats = {
-                    "delivery": float(step.delivery[0]),
-                    "cost": float(step.cost[0]),
-                    "wins": int(step.wins[0]),
-                    "auctions": int(step.auctions[0]),
-                }
-                body = {"campaign_id": campaign, "episode": "offline", "slot": slot, **stats}
-                r = c.post("/v1/slot-update", json=body).json()
-                ratios.append(r["bid_ratio"])
-                deciders.append(r["decided_by"])
+            ratios, answers = play_day(c, days, k)
+            deciders = [answer["decided_by"] for answer in answers]
             np.testing.assert_allclose(ratios[:SLOTS_PER_DAY], offline.history.ratios[k], atol=1e-6)
             handed = int(wrapper.handed[k])
             assert ("handover" in deciders) == (handed >= 0)
