@@ -1,4 +1,5 @@
-"""Shared fixtures: small random days and a tiny market directory built without the generator."""
+"""Shared fixtures: small random days, a tiny market directory built without the generator, and the session's tiny
+exported models (artifact_fixtures) with a market they were not trained on."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from artifact_fixtures import Exported, exported_runs
 
 from model.contract import SLOTS_PER_DAY
 from training.market.dataset import DayEntry, Market, MCConstraints
@@ -67,3 +69,19 @@ def rng() -> np.random.Generator:
 @pytest.fixture
 def tiny_market(tmp_path: Path) -> Market:
     return build_market(tmp_path / "market")
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    """The session's tiny trained runs and their exported models (built once: artifact_fixtures.exported_runs)."""
+    return exported_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def served_market(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A market the fixture models were not trained on: another seed of the generator (they trained on seed 4's)."""
+    from training.market.generator import config_with, generate_market
+
+    market = tmp_path_factory.mktemp("served") / "market"
+    generate_market(market, config_with(days_id=6, days_ood=0, impressions_per_day=3000, seed=9), workers=1)
+    return market

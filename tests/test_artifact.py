@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from artifact_fixtures import Exported, exported_runs, replace_file, rewrite_card
+from artifact_fixtures import Exported, replace_file, rewrite_card
 from pydantic import ValidationError
 
 from model.artifact import (
@@ -41,11 +41,6 @@ from model.shield import ShieldConfig
 from model.trajectory import episode_steps, prefix_mask, transitions
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
-    return exported_runs(tmp_path_factory)
 
 
 def test_loading_a_model_imports_no_torch():

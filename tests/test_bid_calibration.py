@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from artifact_fixtures import SETTING, Exported, exported_runs
+from artifact_fixtures import SETTING, Exported
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -38,21 +38,7 @@ from training.export.calibrate import (
     write_calibrated,
 )
 from training.market.dataset import Market
-from training.market.generator import config_with, generate_market
 from training.replay.dayset import DaySet
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
-    return exported_runs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def served_market(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A market the fixture models were not trained on: another seed and a lower price scale's draw."""
-    market = tmp_path_factory.mktemp("served") / "market"
-    generate_market(market, config_with(days_id=6, days_ood=0, impressions_per_day=3000, seed=9), workers=1)
-    return market
 
 
 def rows_of(pid_csr: float, cells: dict[float, tuple[float, float]]) -> dict[str, dict[str, float]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from artifact_fixtures import SETTING, Exported, exported_runs, replace_file, rewrite_card
+from artifact_fixtures import SETTING, Exported, replace_file, rewrite_card
 from typer.testing import CliRunner
 
 from model.artifact import (
@@ -32,20 +32,6 @@ from training.bidders.tuned import tuned_baseline
 from training.evaluation.evaluate import evaluate, split_days
 from training.export.calibrate import LADDER
 from training.market.dataset import Market
-from training.market.generator import config_with, generate_market
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
-    return exported_runs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def served_market(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A market the fixture models were not trained on."""
-    market = tmp_path_factory.mktemp("served") / "market"
-    generate_market(market, config_with(days_id=6, days_ood=0, impressions_per_day=3000, seed=9), workers=1)
-    return market
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from artifact_fixtures import SETTING, Exported, exported_runs
+from artifact_fixtures import SETTING, Exported
 from typer.testing import CliRunner
 
 from model.artifact import ENCODER_FILE, load_artifact
@@ -30,11 +30,6 @@ from training.market.dataset import Market
 from training.rl.runs import load_run_bidder
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
-    return exported_runs(tmp_path_factory)
 
 
 def random_obs(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

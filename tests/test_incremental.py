@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from artifact_fixtures import Exported, exported_runs
+from artifact_fixtures import Exported
 
 from model.artifact import load_artifact
 from model.contract import SLOTS_PER_DAY
@@ -22,11 +22,6 @@ from model.state import CampaignState
 RATIO_TOLERANCE = 1e-6
 POSTERIOR_TOLERANCE = 1e-5
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
-    return exported_runs(tmp_path_factory)
 
 
 def _report(state: CampaignState, rng: np.random.Generator) -> CampaignState:

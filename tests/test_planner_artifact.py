@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from artifact_fixtures import SETTING, Exported, exported_runs, replace_file, rewrite_card
+from artifact_fixtures import SETTING, Exported, replace_file, rewrite_card
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -36,11 +36,6 @@ from training.market.dataset import Market
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
-    return exported_runs(tmp_path_factory)
 
 
 def test_the_card_holds_the_tuning_rcb_evaluate_uses_and_the_markets_pid(exported: Exported):

@@ -13,7 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from artifact_fixtures import SETTING, Exported, exported_runs
+from artifact_fixtures import SETTING, Exported
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,11 +30,6 @@ from training.replay.dayset import DaySet
 from training.rl.runs import load_run_bidder
 
 RATIO_TOLERANCE = 1e-6
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
-    return exported_runs(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

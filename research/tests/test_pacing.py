@@ -7,18 +7,13 @@ import json
 import numpy as np
 import pytest
 import typer
-from artifact_fixtures import SETTING, exported_runs
+from artifact_fixtures import SETTING
 from typer.testing import CliRunner
 
 from model.contract import SLOTS_PER_DAY
 from research.pacing import main, pace
 from training.evaluation.evaluate import evaluate
 from training.market.dataset import Market
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory):
-    return exported_runs(tmp_path_factory)
 
 
 def test_the_trajectories_end_where_the_evaluation_does(exported):

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from artifact_fixtures import Exported, exported_runs
+from artifact_fixtures import Exported
 from fastapi.testclient import TestClient
 
 from service.store import EpisodeStore, open_store
@@ -89,9 +89,9 @@ async def store(store_url: str, anyio_backend: str) -> AsyncIterator[EpisodeStor
 
 
 @pytest.fixture(scope="session")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Exported:
-    """The session's tiny CBRL and hard models (trained and exported once, shared with test_export)."""
-    return exported_runs(tmp_path_factory)
+def models(exported: Exported) -> Exported:
+    """The session's tiny exported models (tests/conftest.py's ``exported``) under the serving tests' name."""
+    return exported
 
 
 @pytest.fixture
