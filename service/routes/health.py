@@ -34,14 +34,14 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
     """Ready to take traffic: the store answers a ping, its update notices have been subscribed (so this process
     hears the other processes' writes and bids at their ratios, not at one it cached), and a model is loaded (not the
     fallback)."""
-    store_up = await store.ping()
+    store_up, listening = await store.ping(), store.heard_updates
     metrics.store_up.set(1 if store_up else 0)
     artifact = runner.artifact
     detail = {
         "process": os.getpid(),  # which worker answered (``rcb serve --workers N`` runs N)
         "store": settings.store_kind,
         "store_reachable": store_up,
-        "store_listening": store.heard_updates,
+        "store_listening": listening,
         "model_loaded": artifact is not None,
         "model_version": runner.version,
         "algorithm": None if artifact is None else artifact.card.algorithm,
@@ -55,7 +55,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, settings: SettingsDep, metr
         # the controller the shield and the fallback run around, and the market whose train days tuned it
         "safety_controller": runner.controller_source(),
     }
-    if not (store_up and store.heard_updates and artifact is not None):
+    if not (store_up and listening and artifact is not None):
         raise ApiError(503, "not_ready", detail)
     return {"status": "ready", **detail}
 
